@@ -1,0 +1,50 @@
+// Package sandboxtest is the conformance suite of sandbox backends, in the
+// manner of gocloud.dev's drivertest: every backend runs the same subtests
+// from its own test package.
+//
+//	func TestMain(m *testing.M) { sandboxtest.Main(m, harness()) }
+//	func TestConformance(t *testing.T) { sandboxtest.Run(t, harness()) }
+package sandboxtest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/agentbot/agentbot/sandboxes"
+)
+
+// Harness tells the suite how to make and inspect one backend.
+type Harness struct {
+	// Name is the backend's registry name ("local", "docker").
+	Name string
+	// NewBackend builds the backend under test. It is called in the test
+	// process and, for the attach-after-restart test, in a child process
+	// of the test binary (see Main), so it must not depend on state made
+	// by the test.
+	NewBackend func() (sandboxes.Backend, error)
+	// Spec is the spec of the sandboxes the suite creates (an image, say).
+	// The suite adds labels and environment of its own.
+	Spec sandboxes.Spec
+	// Exists reports whether anything of the sandbox is left on the
+	// machine (a directory, a container). The suite checks it is false
+	// after Destroy.
+	Exists func(ctx context.Context, t testing.TB, st sandboxes.State) bool
+}
+
+// registry returns a registry holding only the harness's backend.
+func (h Harness) registry(t testing.TB) *sandboxes.Registry {
+	t.Helper()
+	b, err := h.NewBackend()
+	if err != nil {
+		t.Fatalf("%s backend: %v", h.Name, err)
+	}
+	if err := b.Available(context.Background()); err != nil {
+		// Never skip: a backend the suite is asked to test must run.
+		t.Fatalf("%s backend is not available here: %v", h.Name, err)
+	}
+	r := sandboxes.NewRegistry()
+	if err := r.Register(h.Name, b); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
