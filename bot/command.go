@@ -1,0 +1,667 @@
+package bot
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Verb names a chat command. The zero value is not a verb.
+type Verb string
+
+// The verbs of the chat command grammar, in the order Help lists them.
+const (
+	VerbNew      Verb = "new"      // new [backend] [title...]
+	VerbSwitch   Verb = "switch"   // switch <backend> [root]
+	VerbFork     Verb = "fork"     // fork [--backend b] [title...]
+	VerbTitle    Verb = "title"    // title <name...>
+	VerbStop     Verb = "stop"     // stop: cancel the running turn
+	VerbDone     Verb = "done"     // done: pause the session, keep it
+	VerbDestroy  Verb = "destroy"  // destroy: end the session for good
+	VerbStatus   Verb = "status"   // status
+	VerbList     Verb = "list"     // list
+	VerbBackends Verb = "backends" // backends
+	VerbExport   Verb = "export"   // export
+	VerbHelp     Verb = "help"     // help [verb]
+)
+
+// MaxTitleRunes is the longest session title Parse accepts, in runes.
+const MaxTitleRunes = 100
+
+// AgentTrigger is the inline prefix that marks a message as a command, for
+// places where slash commands do not work (Slack threads).
+const AgentTrigger = "!agent"
+
+var verbs = []Verb{
+	VerbNew, VerbSwitch, VerbFork, VerbTitle, VerbStop, VerbDone, VerbDestroy,
+	VerbStatus, VerbList, VerbBackends, VerbExport, VerbHelp,
+}
+
+var synopses = map[Verb]string{
+	VerbNew:      "new [backend] [title...]",
+	VerbSwitch:   "switch <backend> [root]",
+	VerbFork:     "fork [--backend b] [title...]",
+	VerbTitle:    "title <name...>",
+	VerbStop:     "stop",
+	VerbDone:     "done",
+	VerbDestroy:  "destroy",
+	VerbStatus:   "status",
+	VerbList:     "list",
+	VerbBackends: "backends",
+	VerbExport:   "export",
+	VerbHelp:     "help [verb]",
+}
+
+var descriptions = map[Verb]string{
+	VerbNew:      "start a new session, optionally on a given sandbox backend and with a title",
+	VerbSwitch:   "move this session to another sandbox backend, workspace files included (root: an absolute directory, for the local backend)",
+	VerbFork:     "copy this session (conversation and workspace) into a new thread, optionally on another backend",
+	VerbTitle:    "rename this session",
+	VerbStop:     "cancel the turn that is running",
+	VerbDone:     "pause this session and keep it for later",
+	VerbDestroy:  "end this session and delete its sandbox",
+	VerbStatus:   "show this session's title, backend and what it is doing",
+	VerbList:     "list the sessions here",
+	VerbBackends: "list the sandbox backends available",
+	VerbExport:   "export this session's transcript",
+	VerbHelp:     "show this help, or how to use one verb",
+}
+
+// Verbs returns every verb, in the order Help lists them. The slice is a copy.
+func Verbs() []Verb { return append([]Verb(nil), verbs...) }
+
+// Valid reports whether v is one of the grammar's verbs.
+func (v Verb) Valid() bool {
+	_, ok := synopses[v]
+	return ok
+}
+
+// Usage returns the one-line usage of v: its synopsis and what it does, e.g.
+// "switch <backend> [root] - move this session ...". It returns "" for an
+// unknown verb.
+func Usage(v Verb) string {
+	s, ok := synopses[v]
+	if !ok {
+		return ""
+	}
+	return s + " - " + descriptions[v]
+}
+
+// Help returns the full help text: one Usage line per verb, newline-separated,
+// in the order of Verbs. It is plain text; platforms add their own markup.
+func Help() string {
+	lines := make([]string, len(verbs))
+	for i, v := range verbs {
+		lines[i] = Usage(v)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Command is a parsed chat command. Which fields are set depends on Verb:
+//
+//   - new: Backend (optional, one of the known backends), Title (optional)
+//   - switch: Backend (required), Root (optional, absolute and clean)
+//   - fork: Backend (optional), Title (optional)
+//   - title: Title (required, non-empty)
+//   - help: Topic (optional, the verb asked about)
+//   - every other verb: nothing
+//
+// Backend is always spelled as in the list given to Parse. Title holds no
+// control characters, no runs of whitespace, and at most MaxTitleRunes runes.
+type Command struct {
+	Verb    Verb
+	Backend string
+	Root    string
+	Title   string
+	// Topic is the verb that "help <verb>" asks about; empty otherwise.
+	Topic Verb
+}
+
+// String returns the command in the grammar's canonical form, quoting where
+// needed, such that Parse(c.String(), backends) gives back c.
+func (c Command) String() string {
+	parts := []string{string(c.Verb)}
+	switch c.Verb {
+	case VerbNew:
+		if c.Backend != "" {
+			parts = append(parts, quoteWord(c.Backend))
+		}
+		// Without a backend, the first title word is quoted so it is never
+		// taken for one (String does not know the list of backends).
+		parts = append(parts, titleWords(c.Title, c.Backend == "")...)
+	case VerbSwitch:
+		parts = append(parts, quoteWord(c.Backend))
+		if c.Root != "" {
+			parts = append(parts, quoteWord(c.Root))
+		}
+	case VerbFork:
+		if c.Backend != "" {
+			parts = append(parts, "--backend", quoteWord(c.Backend))
+		}
+		parts = append(parts, titleWords(c.Title, isOption(c.Title))...)
+	case VerbTitle:
+		parts = append(parts, titleWords(c.Title, false)...)
+	case VerbHelp:
+		if c.Topic != "" {
+			parts = append(parts, string(c.Topic))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// titleWords splits a sanitised title into words, quoting those that need it;
+// quoteFirst says whether the first word must be quoted to keep its meaning.
+func titleWords(title string, quoteFirst bool) []string {
+	if title == "" {
+		return nil
+	}
+	words := strings.Split(title, " ")
+	for i, w := range words {
+		if i == 0 && quoteFirst {
+			words[i] = forceQuote(w)
+		} else {
+			words[i] = quoteWord(w)
+		}
+	}
+	return words
+}
+
+// quoteWord returns w as one token: unchanged when it tokenises as itself,
+// double-quoted otherwise.
+func quoteWord(w string) string {
+	if w != "" && !strings.ContainsFunc(w, unicode.IsSpace) {
+		if _, ok := closingQuote(w); !ok {
+			return w
+		}
+	}
+	return forceQuote(w)
+}
+
+func forceQuote(w string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(w) + `"`
+}
+
+// ParseError is a command that could not be parsed. Its message is a short
+// sentence meant for the user who typed the command; it echoes (clipped)
+// words of the user's input, so platforms must escape it like any user text.
+type ParseError struct {
+	// Verb is the verb being parsed, or "" when the verb itself was not
+	// understood.
+	Verb Verb
+	// Message is the user-facing explanation, including the usage line or a
+	// suggestion where there is one.
+	Message string
+}
+
+// Error returns the user-facing message.
+func (e *ParseError) Error() string { return e.Message }
+
+func parseErr(v Verb, format string, args ...any) *ParseError {
+	return &ParseError{Verb: v, Message: fmt.Sprintf(format, args...)}
+}
+
+func usageErr(v Verb, problem string) *ParseError {
+	return parseErr(v, "%s; usage: %s", problem, Usage(v))
+}
+
+// Parse parses the text of a command: what follows the trigger (the slash
+// command's text, or what Trigger returns). backends lists the sandbox backends
+// that exist, in the order error messages should name them.
+//
+// Text is split into words like a shell would, without expansions: runs of
+// white space separate words; a word that starts with a quote (" or ', or
+// the typographic “ ” and ‘ ’ that chat clients substitute) runs to the
+// matching closing quote, white space included, and a backslash inside ASCII
+// double quotes escapes " or \. A quote that opens in the middle of a word, or
+// that is never closed, is an ordinary character, so "user's bug" needs no
+// quoting. A quoted word is never a backend in "new" nor an option in "fork".
+//
+// Verbs and backend names are matched without regard to case. Empty text is
+// "help". For "new", the first word is the backend only if it names one of
+// backends; otherwise it starts the title. Titles are the remaining words
+// joined by single spaces, with control characters removed; longer than
+// MaxTitleRunes is an error. A root must be an absolute path; it is cleaned.
+// Em and en dashes that chat clients substitute for "--" are read as "--".
+//
+// Every error is a *ParseError whose message tells the user what to type.
+func Parse(text string, backends []string) (Command, error) {
+	toks := tokenize(strings.ToValidUTF8(text, "\uFFFD"))
+	if len(toks) == 0 {
+		return Command{Verb: VerbHelp}, nil
+	}
+	word := toks[0].text
+	v := Verb(strings.ToLower(word))
+	if !v.Valid() {
+		if s := suggest(word, verbNames()); s != "" {
+			return Command{}, parseErr("", "unknown command '%s'; did you mean '%s'? Try 'help'.", clip(word), s)
+		}
+		return Command{}, parseErr("", "unknown command '%s'. Try 'help'.", clip(word))
+	}
+	args := toks[1:]
+	cmd := Command{Verb: v}
+	switch v {
+	case VerbNew:
+		if len(args) > 0 && !args[0].quoted {
+			if b, ok := findBackend(args[0].text, backends); ok {
+				cmd.Backend = b
+				args = args[1:]
+			}
+		}
+		t, err := title(v, args)
+		if err != nil {
+			return Command{}, err
+		}
+		cmd.Title = t
+	case VerbSwitch:
+		if len(args) == 0 {
+			return Command{}, usageErr(v, "switch needs a backend")
+		}
+		if len(args) > 2 {
+			return Command{}, usageErr(v, fmt.Sprintf("too many arguments ('%s')", clip(args[2].text)))
+		}
+		b, err := backend(v, args[0].text, backends)
+		if err != nil {
+			return Command{}, err
+		}
+		cmd.Backend = b
+		if len(args) == 2 {
+			root := args[1].text
+			if strings.ContainsFunc(root, unicode.IsControl) {
+				return Command{}, usageErr(v, "the root must not contain control characters")
+			}
+			if !path.IsAbs(root) {
+				return Command{}, usageErr(v, fmt.Sprintf("the root must be an absolute path, like /home/me/project, not '%s'", clip(root)))
+			}
+			cmd.Root = path.Clean(root)
+		}
+	case VerbFork:
+		args, b, err := forkOptions(args, backends)
+		if err != nil {
+			return Command{}, err
+		}
+		cmd.Backend = b
+		t, err := title(v, args)
+		if err != nil {
+			return Command{}, err
+		}
+		cmd.Title = t
+	case VerbTitle:
+		t, err := title(v, args)
+		if err != nil {
+			return Command{}, err
+		}
+		if t == "" {
+			return Command{}, usageErr(v, "title needs a name")
+		}
+		cmd.Title = t
+	case VerbHelp:
+		if len(args) > 1 {
+			return Command{}, usageErr(v, "help takes at most one verb")
+		}
+		if len(args) == 1 {
+			topic := Verb(strings.ToLower(args[0].text))
+			if !topic.Valid() {
+				if s := suggest(args[0].text, verbNames()); s != "" {
+					return Command{}, parseErr(v, "there is no command '%s'; did you mean '%s'? Try 'help' for the list.", clip(args[0].text), s)
+				}
+				return Command{}, parseErr(v, "there is no command '%s'. Try 'help' for the list.", clip(args[0].text))
+			}
+			cmd.Topic = topic
+		}
+	default: // verbs without arguments
+		if len(args) > 0 {
+			return Command{}, usageErr(v, fmt.Sprintf("%s takes no arguments", v))
+		}
+	}
+	return cmd, nil
+}
+
+func verbNames() []string {
+	names := make([]string, len(verbs))
+	for i, v := range verbs {
+		names[i] = string(v)
+	}
+	return names
+}
+
+// forkOptions consumes fork's leading options and returns the rest.
+func forkOptions(args []token, backends []string) ([]token, string, error) {
+	const v = VerbFork
+	var b string
+	seen := false
+	for len(args) > 0 && !args[0].quoted && isOption(args[0].text) {
+		opt := normaliseDashes(args[0].text)
+		args = args[1:]
+		var val string
+		switch {
+		case opt == "--":
+			return args, b, nil
+		case opt == "--backend":
+			if len(args) == 0 {
+				return nil, "", usageErr(v, "--backend needs a backend name")
+			}
+			val, args = args[0].text, args[1:]
+		case strings.HasPrefix(opt, "--backend="):
+			val = strings.TrimPrefix(opt, "--backend=")
+		default:
+			return nil, "", usageErr(v, fmt.Sprintf("unknown option '%s' (to start a title with '--', quote it)", clip(opt)))
+		}
+		if seen {
+			return nil, "", usageErr(v, "--backend is given twice")
+		}
+		seen = true
+		var err error
+		if b, err = backend(v, val, backends); err != nil {
+			return nil, "", err
+		}
+	}
+	return args, b, nil
+}
+
+// isOption reports whether an unquoted word is read as an option of fork.
+func isOption(w string) bool { return strings.HasPrefix(normaliseDashes(w), "--") }
+
+// normaliseDashes turns a leading em or en dash, which chat clients put in
+// place of "--", back into "--".
+func normaliseDashes(w string) string {
+	for _, d := range []string{"\u2014", "\u2013"} {
+		if rest, ok := strings.CutPrefix(w, d); ok {
+			return "--" + rest
+		}
+	}
+	return w
+}
+
+// backend resolves a backend name given by the user, or explains why not.
+func backend(v Verb, name string, backends []string) (string, error) {
+	if b, ok := findBackend(name, backends); ok {
+		return b, nil
+	}
+	if len(backends) == 0 {
+		return "", parseErr(v, "unknown backend '%s'; no backends are available", clip(name))
+	}
+	msg := fmt.Sprintf("unknown backend '%s'; available: %s", clip(name), strings.Join(backends, ", "))
+	if s := suggest(name, backends); s != "" {
+		msg += fmt.Sprintf("; did you mean '%s'?", s)
+	}
+	return "", parseErr(v, "%s", msg)
+}
+
+func findBackend(name string, backends []string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	for _, b := range backends {
+		if strings.EqualFold(b, name) {
+			return b, true
+		}
+	}
+	return "", false
+}
+
+// title joins words into a sanitised title and checks its length.
+func title(v Verb, args []token) (string, error) {
+	words := make([]string, len(args))
+	for i, a := range args {
+		words[i] = a.text
+	}
+	t := sanitizeTitle(strings.Join(words, " "))
+	if n := utf8.RuneCountInString(t); n > MaxTitleRunes {
+		return "", parseErr(v, "the title is too long (%d characters; at most %d)", n, MaxTitleRunes)
+	}
+	return t, nil
+}
+
+// sanitizeTitle turns white-space controls (tab, newline) into spaces, drops
+// other control characters and the bidirectional overrides that can make a
+// title display differently from what it says, and collapses white space.
+func sanitizeTitle(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case unicode.IsSpace(r):
+			return ' '
+		case unicode.IsControl(r), isBidiControl(r):
+			return -1
+		}
+		return r
+	}, s)
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func isBidiControl(r rune) bool {
+	return (r >= '\u202A' && r <= '\u202E') || (r >= '\u2066' && r <= '\u2069') ||
+		r == '\u200E' || r == '\u200F' || r == '\u061C'
+}
+
+// clip makes user input safe to echo in a message: no control characters and
+// at most 32 runes.
+func clip(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || isBidiControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if utf8.RuneCountInString(s) > 32 {
+		return string([]rune(s)[:31]) + "…"
+	}
+	return s
+}
+
+// suggest returns the candidate word most likely meant: one at an edit
+// distance of 1, else the only candidate that word (2+ runes) is a prefix of,
+// else one at distance 2; never one at a distance of word's length or more.
+// It returns "" when nothing is close.
+func suggest(word string, candidates []string) string {
+	w := []rune(strings.ToLower(word))
+	if len(w) == 0 || len(w) > 64 {
+		return ""
+	}
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(w, []rune(strings.ToLower(c))); d < bestD && d < len(w) {
+			best, bestD = c, d
+		}
+	}
+	if bestD <= 1 {
+		return best
+	}
+	var prefixed []string
+	for _, c := range candidates {
+		if len(w) >= 2 && strings.HasPrefix(strings.ToLower(c), string(w)) {
+			prefixed = append(prefixed, c)
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance: insertions,
+// deletions, substitutions and transpositions of neighbours each cost one.
+func editDistance(a, b []rune) int {
+	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
+// token is one word of a command; quoted says it was written in quotes.
+type token struct {
+	text   string
+	quoted bool
+}
+
+// closingQuote returns the quote that closes one opening s, if s starts
+// with a quote.
+func closingQuote(s string) (rune, bool) {
+	r, _ := utf8.DecodeRuneInString(s)
+	switch r {
+	case '"', '\'', '\u201D':
+		return r, true
+	case '\u201C':
+		return '\u201D', true
+	case '\u2018':
+		return '\u2019', true
+	}
+	return 0, false
+}
+
+// tokenize splits s into words as documented on Parse.
+func tokenize(s string) []token {
+	var toks []token
+	for {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+		if s == "" {
+			return toks
+		}
+		var t token
+		if text, rest, ok := quoted(s); ok {
+			t = token{text: text, quoted: true}
+			s = rest
+		}
+		// The word runs on (after a closing quote, too) to the next space.
+		end := strings.IndexFunc(s, unicode.IsSpace)
+		if end < 0 {
+			end = len(s)
+		}
+		t.text += s[:end]
+		s = s[end:]
+		toks = append(toks, t)
+	}
+}
+
+// quoted reads a quoted section at the start of s. ok is false when s does
+// not start with a quote or the quote is never closed.
+func quoted(s string) (text, rest string, ok bool) {
+	closer, isQuote := closingQuote(s)
+	if !isQuote {
+		return "", "", false
+	}
+	opener, size := utf8.DecodeRuneInString(s)
+	var b strings.Builder
+	for i := size; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if opener == '"' && r == '\\' && i+n < len(s) && (s[i+n] == '"' || s[i+n] == '\\') {
+			b.WriteByte(s[i+n])
+			i += n + 1
+			continue
+		}
+		if r == closer {
+			return b.String(), s[i+n:], true
+		}
+		b.WriteRune(r)
+		i += n
+	}
+	return "", "", false
+}
+
+// Trigger recognises an inline command in a chat message and returns the
+// command text to give to Parse. The rule:
+//
+//   - A message whose first word is "!agent" (any case) is always a command;
+//     rest is what follows (possibly empty, which Parse reads as help), so a
+//     mistyped verb still gets a helpful error.
+//   - A message that starts with botMention (the platform's mention token of
+//     the bot, e.g. "<@U123>" on Slack; "<@!U123>" and "<@U123|name>" are
+//     accepted for "<@U123>"), optionally followed by ':' or ',', is a command
+//     only when its next word is a verb (any case) used in the verb's shape:
+//     new, fork and title take any text; switch takes one or two words, the
+//     second a path starting with '/'; help takes nothing or a verb; every
+//     other verb must stand alone. So "@bot stop" stops the turn, while
+//     "@bot stop the server on port 80" and "@bot please fix the build" are
+//     chat for the agent.
+//
+// Leading white space is ignored; a mention or trigger later in the message
+// does not count. An empty botMention recognises only "!agent". ok is false
+// for chat; rest is then "".
+func Trigger(text string, botMention string) (rest string, ok bool) {
+	s := strings.TrimLeftFunc(text, unicode.IsSpace)
+	if len(s) >= len(AgentTrigger) && strings.EqualFold(s[:len(AgentTrigger)], AgentTrigger) {
+		after := s[len(AgentTrigger):]
+		r, _ := utf8.DecodeRuneInString(after)
+		if after == "" || unicode.IsSpace(r) {
+			return strings.TrimSpace(after), true
+		}
+	}
+	after, found := cutMention(s, botMention)
+	if !found {
+		return "", false
+	}
+	after = strings.TrimLeft(after, ":,")
+	after = strings.TrimSpace(after)
+	if !commandShaped(tokenize(after)) {
+		return "", false
+	}
+	return after, true
+}
+
+// cutMention removes a leading mention of the bot from s.
+func cutMention(s, mention string) (string, bool) {
+	if mention == "" {
+		return "", false
+	}
+	forms := []string{mention}
+	if id, ok := strings.CutPrefix(mention, "<@"); ok && strings.HasSuffix(id, ">") {
+		id = strings.TrimSuffix(id, ">")
+		forms = append(forms, "<@!"+id+">")
+		if rest, ok := strings.CutPrefix(s, "<@"+id+"|"); ok {
+			if i := strings.IndexByte(rest, '>'); i >= 0 {
+				return rest[i+1:], true
+			}
+		}
+	}
+	for _, f := range forms {
+		rest, ok := strings.CutPrefix(s, f)
+		if !ok {
+			continue
+		}
+		if strings.HasSuffix(f, ">") || rest == "" || strings.ContainsRune(":,", rune(rest[0])) {
+			return rest, true
+		}
+		if r, _ := utf8.DecodeRuneInString(rest); unicode.IsSpace(r) {
+			return rest, true
+		}
+	}
+	return "", false
+}
+
+// commandShaped reports whether words after a mention read as a command
+// rather than as chat that happens to start with a verb.
+func commandShaped(toks []token) bool {
+	if len(toks) == 0 || toks[0].quoted {
+		return false
+	}
+	v := Verb(strings.ToLower(toks[0].text))
+	args := toks[1:]
+	switch v {
+	case VerbNew, VerbFork, VerbTitle:
+		return true
+	case VerbSwitch:
+		return len(args) <= 1 || (len(args) == 2 && strings.HasPrefix(args[1].text, "/"))
+	case VerbHelp:
+		return len(args) == 0 || (len(args) == 1 && Verb(strings.ToLower(args[0].text)).Valid())
+	}
+	return v.Valid() && len(args) == 0
+}

@@ -1,0 +1,338 @@
+package bot_test
+
+import (
+	"errors"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/agentbot/agentbot/bot"
+)
+
+var testBackends = []string{"local", "docker", "e2b", "daytona"}
+
+func TestParse(t *testing.T) {
+	long := strings.Repeat("é", bot.MaxTitleRunes)
+	tests := []struct {
+		name string
+		text string
+		want bot.Command
+	}{
+		{"empty is help", "", bot.Command{Verb: bot.VerbHelp}},
+		{"blank is help", " \t\n ", bot.Command{Verb: bot.VerbHelp}},
+
+		{"new bare", "new", bot.Command{Verb: bot.VerbNew}},
+		{"new backend", "new docker", bot.Command{Verb: bot.VerbNew, Backend: "docker"}},
+		{"new backend and title", "new docker fix the build", bot.Command{Verb: bot.VerbNew, Backend: "docker", Title: "fix the build"}},
+		{"new title only", "new fix the build", bot.Command{Verb: bot.VerbNew, Title: "fix the build"}},
+		{"new backend any case", "NEW Docker x", bot.Command{Verb: bot.VerbNew, Backend: "docker", Title: "x"}},
+		{"new quoted backend name is title", `new "docker" compose`, bot.Command{Verb: bot.VerbNew, Title: "docker compose"}},
+		{"new only first word is backend", "new local docker", bot.Command{Verb: bot.VerbNew, Backend: "local", Title: "docker"}},
+		{"new apostrophe needs no quoting", "new fix the user's bug", bot.Command{Verb: bot.VerbNew, Title: "fix the user's bug"}},
+		{"new title whitespace collapsed", "new  a \t b\n", bot.Command{Verb: bot.VerbNew, Title: "a b"}},
+		{"new quoted title", `new e2b "a  b" 'c d'`, bot.Command{Verb: bot.VerbNew, Backend: "e2b", Title: "a b c d"}},
+		{"new title control chars stripped", "new a\x00b\x07c \u202Eevil", bot.Command{Verb: bot.VerbNew, Title: "abc evil"}},
+		{"new title at the limit", "new " + long, bot.Command{Verb: bot.VerbNew, Title: long}},
+		{"new smart quotes", "new \u201Cdocker thing\u201D", bot.Command{Verb: bot.VerbNew, Title: "docker thing"}},
+		{"new unclosed quote is literal", `new "oops it`, bot.Command{Verb: bot.VerbNew, Title: `"oops it`}},
+		{"new escaped quote", `new "say \"hi\" \\o/"`, bot.Command{Verb: bot.VerbNew, Title: `say "hi" \o/`}},
+
+		{"switch", "switch docker", bot.Command{Verb: bot.VerbSwitch, Backend: "docker"}},
+		{"switch with root", "switch local /home/me/proj", bot.Command{Verb: bot.VerbSwitch, Backend: "local", Root: "/home/me/proj"}},
+		{"switch root cleaned", "switch local /home/me/../proj/", bot.Command{Verb: bot.VerbSwitch, Backend: "local", Root: "/home/proj"}},
+		{"switch quoted root", `switch local "/srv/my project"`, bot.Command{Verb: bot.VerbSwitch, Backend: "local", Root: "/srv/my project"}},
+		{"switch backend any case", "Switch DOCKER", bot.Command{Verb: bot.VerbSwitch, Backend: "docker"}},
+
+		{"fork bare", "fork", bot.Command{Verb: bot.VerbFork}},
+		{"fork title", "fork try another way", bot.Command{Verb: bot.VerbFork, Title: "try another way"}},
+		{"fork backend", "fork --backend docker", bot.Command{Verb: bot.VerbFork, Backend: "docker"}},
+		{"fork backend equals", "fork --backend=e2b try", bot.Command{Verb: bot.VerbFork, Backend: "e2b", Title: "try"}},
+		{"fork em dash option", "fork \u2014backend docker x", bot.Command{Verb: bot.VerbFork, Backend: "docker", Title: "x"}},
+		{"fork double dash ends options", "fork -- --backend", bot.Command{Verb: bot.VerbFork, Title: "--backend"}},
+		{"fork quoted dash title", `fork "--x" y`, bot.Command{Verb: bot.VerbFork, Title: "--x y"}},
+		{"fork option only at start", "fork a --backend docker", bot.Command{Verb: bot.VerbFork, Title: "a --backend docker"}},
+
+		{"title", "title Fix auth bug", bot.Command{Verb: bot.VerbTitle, Title: "Fix auth bug"}},
+		{"title backend word", "title docker", bot.Command{Verb: bot.VerbTitle, Title: "docker"}},
+
+		{"stop", "stop", bot.Command{Verb: bot.VerbStop}},
+		{"done", "done", bot.Command{Verb: bot.VerbDone}},
+		{"destroy", "destroy", bot.Command{Verb: bot.VerbDestroy}},
+		{"status", "  status  ", bot.Command{Verb: bot.VerbStatus}},
+		{"list", "list", bot.Command{Verb: bot.VerbList}},
+		{"backends", "backends", bot.Command{Verb: bot.VerbBackends}},
+		{"export", "export", bot.Command{Verb: bot.VerbExport}},
+		{"help", "help", bot.Command{Verb: bot.VerbHelp}},
+		{"help verb", "help Switch", bot.Command{Verb: bot.VerbHelp, Topic: bot.VerbSwitch}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := bot.Parse(tt.text, testBackends)
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", tt.text, err)
+			}
+			if got != tt.want {
+				t.Errorf("Parse(%q) = %+v, want %+v", tt.text, got, tt.want)
+			}
+			again, err := bot.Parse(got.String(), testBackends)
+			if err != nil || again != got {
+				t.Errorf("round trip via %q = %+v, %v; want %+v", got.String(), again, err, got)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		text     string
+		backends []string
+		verb     bot.Verb
+		want     []string // substrings of the message
+		dontWant []string
+	}{
+		{"unknown verb with suggestion", "swich docker", nil, "",
+			[]string{"unknown command 'swich'; did you mean 'switch'? Try 'help'."}, nil},
+		{"transposed verb", "sotp", nil, "", []string{"did you mean 'stop'?"}, nil},
+		{"verb prefix", "dest", nil, "", []string{"did you mean 'destroy'?"}, nil},
+		{"unknown verb far from all", "xyzzy", nil, "",
+			[]string{"unknown command 'xyzzy'. Try 'help'."}, []string{"did you mean"}},
+		{"unknown verb echo clipped", "a\x00" + strings.Repeat("z", 100), nil, "",
+			[]string{"unknown command 'a" + strings.Repeat("z", 30) + "…'"}, []string{"\x00"}},
+
+		{"switch without backend", "switch", nil, bot.VerbSwitch,
+			[]string{"switch needs a backend", "usage: switch <backend> [root]"}, nil},
+		{"switch unknown backend close", "switch dokcer", nil, bot.VerbSwitch,
+			[]string{"unknown backend 'dokcer'; available: local, docker, e2b, daytona", "did you mean 'docker'?"}, nil},
+		{"switch unknown backend far", "switch kubernetes", nil, bot.VerbSwitch,
+			[]string{"unknown backend 'kubernetes'; available: local, docker, e2b, daytona"}, []string{"did you mean"}},
+		{"switch with no backends at all", "switch local", []string{}, bot.VerbSwitch,
+			[]string{"no backends are available"}, nil},
+		{"switch relative root", "switch local src/app", nil, bot.VerbSwitch,
+			[]string{"absolute path", "'src/app'", "usage: switch"}, nil},
+		{"switch root with control char", "switch local \"/a\x01b\"", nil, bot.VerbSwitch,
+			[]string{"control characters"}, nil},
+		{"switch too many args", "switch local /a extra", nil, bot.VerbSwitch,
+			[]string{"too many arguments ('extra')", "usage: switch"}, nil},
+
+		{"fork unknown backend", "fork --backend dokcer", nil, bot.VerbFork,
+			[]string{"unknown backend 'dokcer'", "did you mean 'docker'?"}, nil},
+		{"fork backend missing value", "fork --backend", nil, bot.VerbFork,
+			[]string{"--backend needs a backend name", "usage: fork [--backend b] [title...]"}, nil},
+		{"fork unknown option", "fork --backnd docker", nil, bot.VerbFork,
+			[]string{"unknown option '--backnd'", "usage: fork"}, nil},
+		{"fork backend twice", "fork --backend local --backend docker", nil, bot.VerbFork,
+			[]string{"--backend is given twice"}, nil},
+
+		{"title without name", "title", nil, bot.VerbTitle,
+			[]string{"title needs a name", "usage: title <name...>"}, nil},
+		{"title of only control chars", "title \"\x01\x02\"", nil, bot.VerbTitle,
+			[]string{"title needs a name"}, nil},
+		{"title too long", "title " + strings.Repeat("x", bot.MaxTitleRunes+1), nil, bot.VerbTitle,
+			[]string{"too long (101 characters; at most 100)"}, nil},
+		{"new title too long", "new docker " + strings.Repeat("é", bot.MaxTitleRunes+1), nil, bot.VerbNew,
+			[]string{"too long"}, nil},
+
+		{"stop with args", "stop the server", nil, bot.VerbStop, []string{"stop takes no arguments", "usage: stop"}, nil},
+		{"done with args", "done now", nil, bot.VerbDone, []string{"done takes no arguments"}, nil},
+		{"destroy with args", "destroy everything", nil, bot.VerbDestroy, []string{"destroy takes no arguments"}, nil},
+		{"status with args", "status x", nil, bot.VerbStatus, []string{"status takes no arguments"}, nil},
+		{"list with args", "list all", nil, bot.VerbList, []string{"list takes no arguments"}, nil},
+		{"backends with args", "backends x", nil, bot.VerbBackends, []string{"backends takes no arguments"}, nil},
+		{"export with args", "export json", nil, bot.VerbExport, []string{"export takes no arguments"}, nil},
+		{"help unknown topic", "help swtich", nil, bot.VerbHelp,
+			[]string{"there is no command 'swtich'; did you mean 'switch'? Try 'help'"}, nil},
+		{"help two topics", "help new fork", nil, bot.VerbHelp, []string{"at most one verb"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			backends := tt.backends
+			if backends == nil {
+				backends = testBackends
+			}
+			cmd, err := bot.Parse(tt.text, backends)
+			var pe *bot.ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Parse(%q) = %+v, %v; want a *ParseError", tt.text, cmd, err)
+			}
+			if pe.Verb != tt.verb {
+				t.Errorf("ParseError.Verb = %q, want %q", pe.Verb, tt.verb)
+			}
+			if cmd != (bot.Command{}) {
+				t.Errorf("Parse returned %+v with its error, want the zero Command", cmd)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(pe.Message, w) {
+					t.Errorf("message %q lacks %q", pe.Message, w)
+				}
+			}
+			for _, w := range tt.dontWant {
+				if strings.Contains(pe.Message, w) {
+					t.Errorf("message %q has %q", pe.Message, w)
+				}
+			}
+			if err.Error() != pe.Message {
+				t.Errorf("Error() = %q, want the message", err.Error())
+			}
+		})
+	}
+}
+
+func TestUsageAndHelp(t *testing.T) {
+	help := bot.Help()
+	lines := strings.Split(help, "\n")
+	if len(lines) != len(bot.Verbs()) {
+		t.Fatalf("Help has %d lines, want one per verb (%d):\n%s", len(lines), len(bot.Verbs()), help)
+	}
+	for i, v := range bot.Verbs() {
+		t.Run(string(v), func(t *testing.T) {
+			u := bot.Usage(v)
+			if !strings.HasPrefix(u, string(v)) || !strings.Contains(u, " - ") {
+				t.Errorf("Usage(%s) = %q, want \"%s ... - description\"", v, u, v)
+			}
+			if lines[i] != u {
+				t.Errorf("Help line %d = %q, want %q", i, lines[i], u)
+			}
+			if !v.Valid() {
+				t.Errorf("%s.Valid() = false", v)
+			}
+		})
+	}
+	if u := bot.Usage("nope"); u != "" {
+		t.Errorf("Usage(unknown) = %q, want empty", u)
+	}
+	for _, want := range []string{"new [backend] [title...]", "switch <backend> [root]",
+		"fork [--backend b] [title...]", "title <name...>", "help [verb]"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("Help lacks %q", want)
+		}
+	}
+}
+
+func TestTrigger(t *testing.T) {
+	const me = "<@U123>"
+	tests := []struct {
+		name     string
+		text     string
+		mention  string
+		wantRest string
+		wantOK   bool
+	}{
+		{"bang trigger", "!agent switch docker", me, "switch docker", true},
+		{"bang trigger any case, leading space", "  !Agent  status ", me, "status", true},
+		{"bang trigger alone", "!agent", me, "", true},
+		{"bang trigger with typo still a command", "!agent swich docker", me, "swich docker", true},
+		{"bang trigger needs word boundary", "!agents status", me, "", false},
+		{"bang trigger without mention configured", "!agent list", "", "list", true},
+		{"mention then verb", "<@U123> switch docker", me, "switch docker", true},
+		{"mention no space", "<@U123>status", me, "status", true},
+		{"mention with colon", "<@U123>: stop", me, "stop", true},
+		{"mention verb any case", "<@U123> Status", me, "Status", true},
+		{"discord nickname mention", "<@!U123> list", me, "list", true},
+		{"slack labelled mention", "<@U123|agentbot> done", me, "done", true},
+		{"mention new takes any text", "<@U123> new fix the flaky test", me, "new fix the flaky test", true},
+		{"mention title takes any text", "<@U123> title Auth rewrite", me, "title Auth rewrite", true},
+		{"mention fork with option", "<@U123> fork --backend docker", me, "fork --backend docker", true},
+		{"mention switch with root", "<@U123> switch local /srv/x", me, "switch local /srv/x", true},
+		{"mention switch typo is a command", "<@U123> switch dokcer", me, "switch dokcer", true},
+		{"mention switch alone is a command", "<@U123> switch", me, "switch", true},
+		{"mention help verb", "<@U123> help fork", me, "help fork", true},
+		{"plain text mention style", "@bot status", "@bot", "status", true},
+
+		{"mention then chat", "<@U123> please fix the build", me, "", false},
+		{"mention then chat starting with verb", "<@U123> stop the server on port 80", me, "", false},
+		{"destroy in a sentence is chat", "<@U123> destroy the old branch", me, "", false},
+		{"help in a sentence is chat", "<@U123> help me fix the build", me, "", false},
+		{"switch in a sentence is chat", "<@U123> switch to the other approach", me, "", false},
+		{"bare mention is chat", "<@U123>", me, "", false},
+		{"quoted verb is chat", `<@U123> "stop"`, me, "", false},
+		{"other user's mention", "<@U999> status", me, "", false},
+		{"mention not at start", "hey <@U123> status", me, "", false},
+		{"plain chat", "status", me, "", false},
+		{"longer name is not the mention", "@botty status", "@bot", "", false},
+		{"no mention configured", "<@U123> status", "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rest, ok := bot.Trigger(tt.text, tt.mention)
+			if rest != tt.wantRest || ok != tt.wantOK {
+				t.Errorf("Trigger(%q, %q) = %q, %v; want %q, %v", tt.text, tt.mention, rest, ok, tt.wantRest, tt.wantOK)
+			}
+		})
+	}
+}
+
+// FuzzParse checks that Parse never panics, that whatever it accepts is a
+// valid command, that errors are *ParseError, and that String round-trips.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"", "new", "new docker fix it", `new "docker" x`, "switch local /a/../b",
+		"switch dokcer", "fork --backend=e2b t", "fork \u2014backend docker", "fork -- --x",
+		"title \x00a\tb", `title "a \"b\" \\c"`, "stop", "done", "destroy", "status", "list",
+		"backends", "export", "help switch", "swich", "\u201Cnew\u201D", `new "unterminated`,
+		"new \xff\xfe", "switch LOCAL '/x y'", "title ' '",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		cmd, err := bot.Parse(text, testBackends)
+		if err != nil {
+			var pe *bot.ParseError
+			if !errors.As(err, &pe) || pe.Message == "" {
+				t.Fatalf("Parse(%q) error %v (%T) is not a *ParseError with a message", text, err, err)
+			}
+			return
+		}
+		if !cmd.Verb.Valid() {
+			t.Fatalf("Parse(%q): verb %q is not known", text, cmd.Verb)
+		}
+		if cmd.Verb == bot.VerbSwitch && cmd.Backend == "" {
+			t.Fatalf("Parse(%q): switch without a backend", text)
+		}
+		if cmd.Backend != "" && !slices.Contains(testBackends, cmd.Backend) {
+			t.Fatalf("Parse(%q): backend %q not in the list", text, cmd.Backend)
+		}
+		if cmd.Root != "" && (!path.IsAbs(cmd.Root) || cmd.Verb != bot.VerbSwitch) {
+			t.Fatalf("Parse(%q): root %q is not absolute or not for switch", text, cmd.Root)
+		}
+		if strings.ContainsFunc(cmd.Title, unicode.IsControl) || strings.ContainsFunc(cmd.Root, unicode.IsControl) {
+			t.Fatalf("Parse(%q): control character in %+v", text, cmd)
+		}
+		if n := utf8.RuneCountInString(cmd.Title); n > bot.MaxTitleRunes {
+			t.Fatalf("Parse(%q): title of %d runes", text, n)
+		}
+		if cmd.Verb == bot.VerbTitle && cmd.Title == "" {
+			t.Fatalf("Parse(%q): title verb with an empty title", text)
+		}
+		if cmd.Topic != "" && !cmd.Topic.Valid() {
+			t.Fatalf("Parse(%q): help topic %q is not a verb", text, cmd.Topic)
+		}
+		again, err := bot.Parse(cmd.String(), testBackends)
+		if err != nil || again != cmd {
+			t.Fatalf("Parse(%q) = %+v; its String %q parses to %+v, %v", text, cmd, cmd.String(), again, err)
+		}
+	})
+}
+
+// FuzzTrigger checks that whatever Trigger accepts after a mention is
+// command-shaped enough to start with a verb, and that it never panics.
+func FuzzTrigger(f *testing.F) {
+	for _, s := range []string{"<@U1> stop", "!agent", "<@U1|x> help new", "<@!U1>: list", "<@U1", "!agent\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		rest, ok := bot.Trigger(text, "<@U1>")
+		if !ok {
+			if rest != "" {
+				t.Fatalf("Trigger(%q) = %q, false; rest must be empty for chat", text, rest)
+			}
+			return
+		}
+		if strings.TrimSpace(rest) != rest {
+			t.Fatalf("Trigger(%q) rest %q is not trimmed", text, rest)
+		}
+	})
+}
