@@ -38,11 +38,14 @@ type Instance interface {
 	// State returns the serialisable description of this sandbox.
 	State() State
 	// Exec runs req.Command through a POSIX shell in the workspace root
-	// (or req.Dir below it), with exactly the environment in req.Env, and
-	// copies its output to stdout and stderr as it comes. It returns the
-	// exit code. When ctx is done it kills the whole process tree the
-	// command started and returns ctx.Err() (the caller tells a timeout
-	// from a cancellation).
+	// (or req.Dir below it) and copies its output to stdout and stderr as
+	// it comes. The environment is built, never inherited from the host:
+	// the backend's defaults (PATH, HOME, LANG=C.UTF-8, TERM=dumb), then
+	// State.Env, then req.Env. It returns the exit code. When ctx is done
+	// it kills the whole process tree the command started and returns
+	// ctx.Err() (the caller tells a timeout from a cancellation).
+	// Processes the command leaves running in the background may outlive
+	// Exec (as with docker exec); Stop and Destroy kill them.
 	Exec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (exitCode int, err error)
 	// ReadFile opens the file at path for reading.
 	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
@@ -63,7 +66,8 @@ type Instance interface {
 	Restore(ctx context.Context, r io.Reader) error
 	// Stop releases the sandbox's compute (kills its processes, stops its
 	// container) but keeps what a later Attach needs where the backend
-	// can. Stopping a stopped sandbox is not an error.
+	// can. Stopping a stopped sandbox is not an error. After Stop, the
+	// sandbox's instances may fail with ErrStopped until the next Attach.
 	Stop(ctx context.Context) error
 	// Destroy deletes the sandbox and its workspace. Destroying a sandbox
 	// that does not exist gives an error matching ErrNotFound.
@@ -119,7 +123,7 @@ type Spec struct {
 	Image string
 	// Env is the base environment of every command. The host's
 	// environment never leaks in: what is not here (or in the request)
-	// is not set, except a default PATH, HOME and LANG.
+	// is not set, except a default PATH, HOME, LANG and TERM.
 	Env map[string]string
 	// Labels are attached where the backend can (container labels, cloud
 	// metadata), for finding sandboxes later.
