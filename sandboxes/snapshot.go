@@ -2,6 +2,7 @@ package sandboxes
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -99,6 +100,10 @@ func normalize(tr *tar.Reader, tw *tar.Writer) (SnapshotInfo, error) {
 		if err != nil {
 			return info, fmt.Errorf("reading workspace archive: %w", err)
 		}
+		if strings.Contains(h.Name, `\`) {
+			info.skip(h.Name, "name holds a backslash, which is not portable")
+			continue
+		}
 		name, err := entryName(h.Name)
 		if err != nil {
 			return info, err
@@ -113,6 +118,7 @@ func normalize(tr *tar.Reader, tw *tar.Writer) (SnapshotInfo, error) {
 			Format:  tar.FormatPAX,
 		}
 		switch h.Typeflag {
+		//lint:ignore SA1019 archives written by old tools still use TypeRegA
 		case tar.TypeReg, tar.TypeRegA:
 			out.Typeflag = tar.TypeReg
 			out.Size = h.Size
@@ -176,25 +182,44 @@ func (s *Sandbox) restore(ctx context.Context, r io.Reader) (SnapshotInfo, error
 	}
 	defer zr.Close()
 
+	// An empty stream reads as a tar with no entries, which would wipe
+	// the workspace: a snapshot, even of an empty workspace, is never
+	// empty (it holds the tar trailer).
+	br := bufio.NewReader(zr)
+	if _, err := br.Peek(1); err != nil {
+		if err == io.EOF {
+			err = errors.New("the snapshot is empty")
+		}
+		return SnapshotInfo{}, fmt.Errorf("%w: %v", ErrUnsafeArchive, err)
+	}
 	pr, pw := io.Pipe()
 	var info SnapshotInfo
 	checkErr := make(chan error, 1)
 	go func() {
 		var err error
-		info, err = checkArchive(tar.NewReader(zr), tar.NewWriter(pw))
+		info, err = checkArchive(tar.NewReader(br), tar.NewWriter(pw))
 		pw.CloseWithError(err)
 		checkErr <- err
 	}()
 	rerr := s.inst.Restore(ctx, pr)
-	pr.CloseWithError(errors.New("restore ended"))
+	if rerr == nil {
+		// A backend may stop after its last entry, before the tar
+		// trailer: let the checker finish.
+		io.Copy(io.Discard, pr)
+	}
+	pr.CloseWithError(errRestoreEnded)
 	cerr := <-checkErr
-	if cerr != nil && !errors.Is(cerr, io.ErrClosedPipe) {
+	if cerr != nil && !errors.Is(cerr, errRestoreEnded) {
 		// The checker's reason (an unsafe entry, a corrupt stream) is
 		// the one to tell, whatever the backend made of the broken pipe.
 		return info, cerr
 	}
 	return info, rerr
 }
+
+// errRestoreEnded is what the checker's writes fail with once the backend
+// has stopped reading: the backend's own result is the one to report.
+var errRestoreEnded = errors.New("the backend stopped reading the archive")
 
 // checkArchive copies a snapshot, entry by entry, refusing the first unsafe
 // one.
@@ -222,6 +247,7 @@ func checkArchive(tr *tar.Reader, tw *tar.Writer) (SnapshotInfo, error) {
 		}
 		out := &tar.Header{Name: name, Mode: h.Mode & 0o777, ModTime: h.ModTime, Format: tar.FormatPAX}
 		switch h.Typeflag {
+		//lint:ignore SA1019 archives written by old tools still use TypeRegA
 		case tar.TypeReg, tar.TypeRegA:
 			out.Typeflag, out.Size = tar.TypeReg, h.Size
 			info.Files++
@@ -264,6 +290,9 @@ func checkArchive(tr *tar.Reader, tw *tar.Writer) (SnapshotInfo, error) {
 		}
 		if out.Typeflag == tar.TypeReg {
 			if _, err := io.Copy(tw, tr); err != nil {
+				if errors.Is(err, errRestoreEnded) {
+					return info, err
+				}
 				return info, fmt.Errorf("%w: %s: %v", ErrUnsafeArchive, name, err)
 			}
 		}
@@ -279,7 +308,7 @@ func entryName(n string) (string, error) {
 	}
 	for _, part := range strings.Split(n, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: entry name %q climbs out with ..", ErrUnsafeArchive, n)
+			return "", fmt.Errorf("%w: entry name %q climbs out of the workspace", ErrUnsafeArchive, n)
 		}
 	}
 	return path.Clean(n), nil
@@ -296,15 +325,22 @@ func checkSymlink(name, target string) error {
 	if path.Dir(name) == "." {
 		depth = 0
 	}
+	named := false
 	for _, part := range strings.Split(target, "/") {
 		switch part {
 		case "..":
+			// After a name, ".." cannot be resolved lexically: the
+			// name may be a link (a/l1 -> .., then l2 -> a/l1/..).
+			if named {
+				return fmt.Errorf("%w: symbolic link %q -> %q climbs with .. after a name", ErrUnsafeArchive, name, target)
+			}
 			depth--
 			if depth < 0 {
 				return fmt.Errorf("%w: symbolic link %q -> %q points outside the workspace", ErrUnsafeArchive, name, target)
 			}
 		case ".", "":
 		default:
+			named = true
 			depth++
 		}
 	}

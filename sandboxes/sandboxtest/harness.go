@@ -4,6 +4,22 @@
 //
 //	func TestMain(m *testing.M) { sandboxtest.Main(m, harness()) }
 //	func TestConformance(t *testing.T) { sandboxtest.Run(t, harness()) }
+//
+// Run covers the exec contract (exit codes, separate streams, working
+// directory, environment without the host's, timeouts and cancellation that
+// kill the whole process tree, output caps), files (byte-exact round trips,
+// modes, paths and symbolic links that would leave the workspace),
+// snapshots (a round trip of every kind of entry, unportable entries left
+// out, unsafe and corrupt archives refused with the workspace untouched),
+// and the life cycle (attach from another process, concurrent exec, stop
+// and attach, destroy and NotFound). RunCross carries a workspace from one
+// backend to another and back.
+//
+// Every subtest fails rather than skips: a backend under test that is not
+// available here is a failure. The attach test runs the test binary again
+// as a child, with AGENTBOT_SANDBOXTEST_CHILD naming the harness; Main
+// recognises it, so TestMain must call Main with every harness the package
+// passes to Run or RunCross, and NewBackend must work in a fresh process.
 package sandboxtest
 
 import (
