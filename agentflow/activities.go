@@ -1,0 +1,373 @@
+package agentflow
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentbot/agentbot/agentflow/llm"
+	"github.com/agentbot/agentbot/sandboxes"
+	"github.com/agentbot/agentbot/store"
+)
+
+// Model is what the activities need of a model client (*llm.Client).
+type Model interface {
+	Complete(ctx context.Context, req llm.Request) (llm.Response, error)
+}
+
+// ChatSender posts a session's outbound messages to one chat platform. The
+// worker hands the activities one per platform (bot/slack, bot/discord,
+// bot/terminal implement it); agentflow never imports a chat platform.
+//
+// Deliver must be idempotent per Outbound.Key: a retried call edits the
+// message it already posted instead of posting again where the platform
+// allows. Outbound.Text is resolved (inline, whole) when Deliver is called.
+// A non-retryable failure is returned as a temporal ApplicationError marked
+// non-retryable.
+type ChatSender interface {
+	Deliver(ctx context.Context, m Outbound) error
+}
+
+// ThreadCreator is an optional interface of a ChatSender that can open a
+// new thread (for forks). requestID makes the call idempotent: the same ID
+// returns the same thread.
+type ThreadCreator interface {
+	CreateThread(ctx context.Context, sourceThread, title, requestID string) (threadKey string, err error)
+}
+
+// Activities are the activities of agentflow, as methods on the struct that
+// holds their dependencies. Register it with worker.RegisterActivity.
+type Activities struct {
+	// Sandboxes are the backends this worker can run.
+	Sandboxes *sandboxes.Registry
+	// Blobs holds snapshots, transcripts and large texts.
+	Blobs *store.Blobs
+	// Model answers the agent; ModelName is the model to ask.
+	Model     Model
+	ModelName string
+	// Chat maps a platform ("slack", "discord", "term") to its sender.
+	// Messages for a platform with no sender are dropped with a log line.
+	Chat map[string]ChatSender
+	// Temporal is the client used to talk to other workflows (the session
+	// manager, forks).
+	Temporal client.Client
+	// Logger receives the activities' logs; nil means slog.Default.
+	Logger *slog.Logger
+	// ContextChars is the model's context budget in characters of
+	// transcript; older turns are left out past it (default 300,000).
+	ContextChars int
+	// Secrets are values to redact from everything sent to a chat.
+	Secrets []string
+}
+
+func (a *Activities) log() *slog.Logger {
+	if a.Logger != nil {
+		return a.Logger
+	}
+	return slog.Default()
+}
+
+// permanent marks an error non-retryable, with a message fit for the user.
+func permanent(msg string, err error) error {
+	return temporal.NewNonRetryableApplicationError(msg, errTypePermanent, err)
+}
+
+// sandboxErr translates a sandbox error: argument and availability errors
+// cannot be retried; a missing sandbox is reported as gone.
+func sandboxErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sandboxes.ErrNotFound):
+		return temporal.NewNonRetryableApplicationError("the sandbox no longer exists", errTypeSandboxGone, err)
+	case errors.Is(err, sandboxes.ErrInvalid), errors.Is(err, sandboxes.ErrUnavailable),
+		errors.Is(err, sandboxes.ErrUnsafeArchive), errors.Is(err, sandboxes.ErrUnsupported):
+		return permanent(err.Error(), err)
+	default:
+		return err
+	}
+}
+
+// heartbeat records a heartbeat every few seconds until the returned stop
+// is called, so that long calls notice cancellation (a stop) and a lost
+// worker is detected.
+func heartbeat(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// EnsureSandbox returns a running sandbox for a session: the current one,
+// attached (and started if stopped), or a new one restored from the last
+// snapshot when there is none or the current one is gone.
+func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (EnsureSandboxResult, error) {
+	defer heartbeat(ctx)()
+	var res EnsureSandboxResult
+	if in.Current != nil {
+		sb, err := a.Sandboxes.Attach(ctx, *in.Current)
+		if err == nil {
+			res.State = sb.State()
+			return res, nil
+		}
+		if !errors.Is(err, sandboxes.ErrNotFound) {
+			return res, sandboxErr(err)
+		}
+		a.log().Warn("sandbox lost; recreating", "sandbox_id", in.Current.ID, "workflow_id", in.SessionID)
+		res.Lost = true
+	}
+	sb, err := a.Sandboxes.Create(ctx, in.Backend, sandboxes.Spec{
+		Name: in.Title, Root: in.Root,
+		Labels: map[string]string{"agentbot.session": in.SessionID},
+	})
+	if err != nil {
+		return res, sandboxErr(err)
+	}
+	res.Created = true
+	if in.SnapshotKey != "" {
+		info, err := a.restore(ctx, sb, in.SnapshotKey)
+		if err != nil {
+			// Never hand out a half-made sandbox.
+			if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+				a.log().Warn("removing a sandbox after a failed restore", "sandbox_id", sb.ID(), "error", derr)
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				return res, permanent("the workspace snapshot is missing from the blob store", err)
+			}
+			return res, sandboxErr(err)
+		}
+		res.Restored, res.Info = true, info
+	}
+	res.State = sb.State()
+	return res, nil
+}
+
+func (a *Activities) restore(ctx context.Context, sb *sandboxes.Sandbox, key string) (sandboxes.SnapshotInfo, error) {
+	r, err := a.Blobs.NewReader(ctx, key)
+	if err != nil {
+		return sandboxes.SnapshotInfo{}, err
+	}
+	defer r.Close()
+	return sb.Restore(ctx, r)
+}
+
+// SnapshotSandbox streams a sandbox's workspace into the blob store. The
+// blob appears only when the whole snapshot was written.
+func (a *Activities) SnapshotSandbox(ctx context.Context, in SnapshotInput) (SnapshotResult, error) {
+	defer heartbeat(ctx)()
+	sb, err := a.Sandboxes.Attach(ctx, in.State)
+	if err != nil {
+		return SnapshotResult{}, sandboxErr(err)
+	}
+	w, err := a.Blobs.NewWriter(ctx, in.Key, sandboxes.SnapshotContentType)
+	if err != nil {
+		return SnapshotResult{}, err
+	}
+	cw := &countWriter{w: w}
+	info, err := sb.Snapshot(ctx, cw)
+	if err != nil {
+		w.Abort(err)
+		return SnapshotResult{}, sandboxErr(err)
+	}
+	if err := w.Close(); err != nil {
+		return SnapshotResult{}, err
+	}
+	if in.Previous != "" && in.Previous != in.Key {
+		if err := a.Blobs.Delete(ctx, in.Previous); err != nil && !errors.Is(err, store.ErrNotFound) {
+			a.log().Warn("deleting the previous snapshot", "key", in.Previous, "error", err)
+		}
+	}
+	return SnapshotResult{Key: in.Key, Size: cw.n, Info: info}, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// StopSandbox stops a sandbox's compute. A sandbox already gone is fine.
+func (a *Activities) StopSandbox(ctx context.Context, in SandboxInput) error {
+	sb, err := a.Sandboxes.Attach(ctx, in.State)
+	if errors.Is(err, sandboxes.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return sandboxErr(err)
+	}
+	return sandboxErr(sb.Stop(ctx))
+}
+
+// DestroySandbox deletes a sandbox. A sandbox already gone is fine.
+func (a *Activities) DestroySandbox(ctx context.Context, in SandboxInput) error {
+	defer heartbeat(ctx)()
+	b, err := a.Sandboxes.Backend(in.State.Backend)
+	if err != nil {
+		return sandboxErr(err)
+	}
+	inst, err := b.Attach(ctx, in.State)
+	if errors.Is(err, sandboxes.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return sandboxErr(err)
+	}
+	err = sandboxes.New(in.State.Backend, inst).Destroy(ctx)
+	if errors.Is(err, sandboxes.ErrNotFound) {
+		return nil
+	}
+	return sandboxErr(err)
+}
+
+// CopyBlob copies a blob to a new key (a fork's own copy).
+func (a *Activities) CopyBlob(ctx context.Context, in CopyInput) error {
+	err := a.Blobs.Copy(ctx, in.Dst, in.Src)
+	if errors.Is(err, store.ErrNotFound) {
+		return permanent("the data to copy is missing from the blob store", err)
+	}
+	return err
+}
+
+// DeleteBlob deletes one blob; a missing one is fine.
+func (a *Activities) DeleteBlob(ctx context.Context, key string) error {
+	err := a.Blobs.Delete(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// DeleteSessionData deletes every blob of a session (snapshots,
+// transcripts, large texts).
+func (a *Activities) DeleteSessionData(ctx context.Context, sessionID string) error {
+	if err := a.Blobs.DeletePrefix(ctx, store.SnapshotPrefix(sessionID)); err != nil {
+		return err
+	}
+	return a.Blobs.DeletePrefix(ctx, store.SessionPrefix(sessionID))
+}
+
+// Report tells the tenant's session manager about a session, starting the
+// manager if it does not run yet.
+func (a *Activities) Report(ctx context.Context, in ReportInput) error {
+	if a.Temporal == nil {
+		return permanent("no Temporal client for reports", nil)
+	}
+	platform, tenant := Tenant(in.Entry.ThreadKey)
+	start := a.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID: ManagerWorkflowID(in.Entry.ThreadKey), TaskQueue: TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, SessionManagerWorkflowName, ManagerInput{Platform: platform, Tenant: tenant})
+	h, err := a.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: in.Update, Args: []any{in.Entry}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, nil)
+}
+
+// Deliver posts or edits one outbound chat message through the platform's
+// sender, with known secrets redacted.
+func (a *Activities) Deliver(ctx context.Context, m Outbound) error {
+	sender := a.Chat[Platform(m.Thread)]
+	if sender == nil {
+		a.log().Debug("no chat sender for platform; message dropped", "thread", m.Thread, "key", m.Key)
+		return nil
+	}
+	if m.Text.Ref != "" {
+		r, err := a.Blobs.NewReader(ctx, m.Text.Ref)
+		if err != nil {
+			return err
+		}
+		var b bytes.Buffer
+		_, err = b.ReadFrom(r)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		m.Text = Text{Inline: b.String(), Size: b.Len()}
+	}
+	m.Text.Inline = redact(m.Text.Inline, a.Secrets)
+	for i := range m.Tools {
+		m.Tools[i].Summary = redact(m.Tools[i].Summary, a.Secrets)
+		m.Tools[i].Detail = redact(m.Tools[i].Detail, a.Secrets)
+	}
+	return sender.Deliver(ctx, m)
+}
+
+// putText returns t inline when small, else stores it under key and returns
+// a claim check with a preview.
+func (a *Activities) putText(ctx context.Context, key, t string) (Text, error) {
+	if len(t) <= MaxInlineText {
+		return Text{Inline: t, Size: len(t)}, nil
+	}
+	if err := a.putBlob(ctx, key, "text/plain; charset=utf-8", []byte(t)); err != nil {
+		return Text{}, err
+	}
+	return Text{Inline: cut(t, MaxResultAnswer), Ref: key, Size: len(t)}, nil
+}
+
+func (a *Activities) putBlob(ctx context.Context, key, contentType string, data []byte) error {
+	w, err := a.Blobs.NewWriter(ctx, key, contentType)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(data); err != nil {
+		w.Abort(err)
+		return err
+	}
+	return w.Close()
+}
+
+func (a *Activities) getBlob(ctx context.Context, key string) ([]byte, error) {
+	r, err := a.Blobs.NewReader(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+func (a *Activities) getJSON(ctx context.Context, key string, v any) error {
+	data, err := a.getBlob(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return permanent(fmt.Sprintf("blob %s is corrupt", key), err)
+	}
+	return nil
+}

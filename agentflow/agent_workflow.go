@@ -1,0 +1,925 @@
+package agentflow
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentbot/agentbot/agentflow/llm"
+)
+
+// AgentWorkflow is one session: the conversation of one chat thread with the
+// agent, and the sandbox the agent works in. It idles between turns, runs one
+// turn at a time, and serves the updates and queries named in api.go. Its
+// workflow ID is AgentWorkflowID(threadKey).
+func AgentWorkflow(ctx workflow.Context, in AgentInput) error {
+	w := newAgent(ctx, in)
+	if err := w.register(ctx); err != nil {
+		return err
+	}
+	return w.run(ctx)
+}
+
+// agent is the running workflow: the state plus what exists only in this
+// run (handles of the running turn).
+type agent struct {
+	AgentState
+	workflowID string
+	// busy names what holds the session ("turn", "switch", "fork",
+	// "pause", "destroy", "idle"); "" when free. Turns and the handlers that
+	// touch the sandbox take it in turn.
+	busy       string
+	cancelTurn workflow.CancelFunc
+	tools      []ToolStatus
+	runTurns   int
+	destroying bool
+	// outbox holds chat messages not yet sent; sending says one is being
+	// sent. Neither is carried through continue-as-new: the run hands over
+	// only once the outbox is empty.
+	outbox  []Outbound
+	sending bool
+	logger  log
+}
+
+type log interface {
+	Info(msg string, keyvals ...any)
+	Warn(msg string, keyvals ...any)
+	Error(msg string, keyvals ...any)
+}
+
+func newAgent(ctx workflow.Context, in AgentInput) *agent {
+	w := &agent{workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	w.logger = workflow.GetLogger(ctx)
+	if in.Carry != nil {
+		w.AgentState = *in.Carry
+		return w
+	}
+	w.ThreadKey = in.ThreadKey
+	w.Title = in.Title
+	w.Backend = in.Backend
+	if w.Backend == "" {
+		w.Backend = "local"
+	}
+	w.Root = in.Root
+	w.Requester = in.Requester
+	w.Parent = in.Parent
+	w.Options = in.Options.withDefaults()
+	w.Created = workflow.Now(ctx)
+	if w.Title == "" {
+		w.Title = "session " + in.ThreadKey
+	}
+	if s := in.Seed; s != nil {
+		w.Transcript = TranscriptRef{Key: s.TranscriptKey}
+		w.SnapshotKey = s.SnapshotKey
+		w.Summaries = append([]TurnSummary(nil), s.Turns...)
+	}
+	return w
+}
+
+func (w *agent) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (SessionView, error) {
+		return w.view(), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryMessage, func(id string) (MessageResult, error) {
+		if w.seen(id) == nil {
+			return MessageResult{}, errUnknownMessage
+		}
+		return w.messageResult(id), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryTranscript, func() ([]TurnSummary, error) {
+		return append([]TurnSummary(nil), w.Summaries...), nil
+	}); err != nil {
+		return err
+	}
+	handlers := []struct {
+		name      string
+		handler   any
+		validator any
+	}{
+		{UpdateMessage, w.onMessage, w.validateMessage},
+		{UpdateSwitch, w.onSwitch, w.validateSwitch},
+		{UpdateForkSource, w.onForkSource, w.validateForkSource},
+		{UpdateTitle, w.onTitle, w.validateTitle},
+		{UpdateStop, w.onStop, w.validateStop},
+		{UpdatePause, w.onPause, w.validatePause},
+		{UpdateDestroy, w.onDestroy, w.validateDestroy},
+	}
+	for _, h := range handlers {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
+			workflow.UpdateHandlerOptions{Validator: h.validator}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrDestroyedText is what a destroyed session answers.
+const ErrDestroyedText = "this session was destroyed; start a new one"
+
+// errUnknownMessage answers QueryMessage for an ID never seen.
+var errUnknownMessage = errors.New("unknown message ID")
+
+func (w *agent) alive() error {
+	if w.Destroyed || w.destroying {
+		return errors.New(ErrDestroyedText)
+	}
+	return nil
+}
+
+func (w *agent) validateStop(ctx workflow.Context, _ StopRequest) error { return w.alive() }
+
+func (w *agent) validateDestroy(ctx workflow.Context, _ DestroyRequest) error { return w.alive() }
+
+func (w *agent) validatePause(ctx workflow.Context, _ PauseRequest) error { return w.alive() }
+
+func (w *agent) validateMessage(ctx workflow.Context, m MessageRequest) error {
+	if err := w.alive(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(m.Text) == "" {
+		return errors.New("empty message")
+	}
+	if len(m.Text) > MaxMessageBytes {
+		return fmt.Errorf("message too long (%d bytes, at most %d); send it as a file", len(m.Text), MaxMessageBytes)
+	}
+	if len(m.ID) > 256 {
+		return errors.New("message ID too long")
+	}
+	if m.ID != "" && w.seen(m.ID) != nil {
+		return nil // a duplicate is answered, never refused
+	}
+	if len(w.Queue) >= MaxQueuedMessages {
+		return fmt.Errorf("%d messages are already waiting; wait for the current turn to finish", len(w.Queue))
+	}
+	return nil
+}
+
+func (w *agent) validateSwitch(ctx workflow.Context, r SwitchRequest) error {
+	if err := w.alive(); err != nil {
+		return err
+	}
+	if r.Backend == "" {
+		return errors.New("switch needs a backend name")
+	}
+	if r.Root != "" && !strings.HasPrefix(r.Root, "/") {
+		return fmt.Errorf("root %q is not an absolute path", r.Root)
+	}
+	return nil
+}
+
+func (w *agent) validateForkSource(ctx workflow.Context, r ForkSourceRequest) error {
+	if err := w.alive(); err != nil {
+		return err
+	}
+	if r.ForkThreadKey == "" || r.ForkThreadKey == w.ThreadKey {
+		return errors.New("fork needs a new thread key")
+	}
+	return nil
+}
+
+func (w *agent) validateTitle(ctx workflow.Context, r TitleRequest) error {
+	if err := w.alive(); err != nil {
+		return err
+	}
+	_, err := cleanTitle(r.Title)
+	return err
+}
+
+// cleanTitle strips control characters and checks the length.
+func cleanTitle(t string) (string, error) {
+	t = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, t)
+	t = strings.Join(strings.Fields(t), " ")
+	if t == "" {
+		return "", errors.New("title is empty")
+	}
+	if n := utf8.RuneCountInString(t); n > MaxTitleRunes {
+		return "", fmt.Errorf("title too long (%d characters, at most %d)", n, MaxTitleRunes)
+	}
+	return t, nil
+}
+
+// run is the main loop: wait for messages, run turns, stop an idle sandbox,
+// continue-as-new when the history grows.
+func (w *agent) run(ctx workflow.Context) error {
+	w.startOutbox(ctx)
+	if !w.Registered {
+		w.report(ctx, ManagerUpdateCreate)
+		w.Registered = true
+	}
+	work := func() bool { return w.Destroyed || (len(w.Queue) > 0 && w.busy == "") }
+	for {
+		if w.SandboxUp && !w.Destroyed {
+			ok, err := workflow.AwaitWithTimeout(ctx, w.Options.IdleTimeout, work)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				if w.busy == "" && w.SandboxUp {
+					w.busy = "idle"
+					w.stopIdle(ctx)
+					w.busy = ""
+				}
+				continue
+			}
+		} else if err := workflow.Await(ctx, work); err != nil {
+			return err
+		}
+		if w.Destroyed {
+			break
+		}
+		w.busy = "turn"
+		w.runTurn(ctx)
+		w.busy = ""
+		w.runTurns++
+
+		if w.runTurns >= w.Options.MaxTurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			// Hand over only when nothing is in flight: no handler
+			// running, nothing left to send. Queued messages are carried
+			// over; a message arriving now starts no turn in this run.
+			if err := workflow.Await(ctx, func() bool {
+				return w.Destroyed || (w.busy == "" && w.outboxIdle() && workflow.AllHandlersFinished(ctx))
+			}); err != nil {
+				return err
+			}
+			if !w.Destroyed {
+				carry := w.AgentState
+				return workflow.NewContinueAsNewError(ctx, AgentWorkflowName, AgentInput{
+					ThreadKey: w.ThreadKey, Options: w.Options, Carry: &carry,
+				})
+			}
+		}
+	}
+	return workflow.Await(ctx, func() bool { return w.outboxIdle() && workflow.AllHandlersFinished(ctx) })
+}
+
+// acquire waits until the session is free and takes it for what.
+func (w *agent) acquire(ctx workflow.Context, what string) error {
+	if err := workflow.Await(ctx, func() bool { return w.busy == "" || w.Destroyed }); err != nil {
+		return err
+	}
+	if err := w.alive(); err != nil && what != "destroy" {
+		return err
+	}
+	w.busy = what
+	return nil
+}
+
+func (w *agent) release() { w.busy = "" }
+
+func (w *agent) seen(id string) *SeenMessage {
+	for i := len(w.Seen) - 1; i >= 0; i-- {
+		if w.Seen[i].ID == id {
+			return &w.Seen[i]
+		}
+	}
+	return nil
+}
+
+func (w *agent) result(turn int) *TurnResult {
+	for i := range w.Results {
+		if w.Results[i].Turn == turn {
+			return &w.Results[i]
+		}
+	}
+	return nil
+}
+
+func (w *agent) onMessage(ctx workflow.Context, m MessageRequest) (MessageResult, error) {
+	if m.ID == "" {
+		m.ID = workflow.GetCurrentUpdateInfo(ctx).ID
+	}
+	if s := w.seen(m.ID); s != nil {
+		res := w.messageResult(m.ID)
+		res.Duplicate = true
+		return res, nil
+	}
+	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx)})
+	w.Seen = append(w.Seen, SeenMessage{ID: m.ID})
+	if len(w.Seen) > maxSeen {
+		w.Seen = w.Seen[len(w.Seen)-maxSeen:]
+	}
+	return MessageResult{Queued: len(w.Queue)}, nil
+}
+
+// messageResult says what became of a seen message.
+func (w *agent) messageResult(id string) MessageResult {
+	var res MessageResult
+	s := w.seen(id)
+	if s == nil {
+		return res
+	}
+	res.Turn = s.Turn
+	if s.Turn == 0 {
+		for i, q := range w.Queue {
+			if q.ID == id {
+				res.Queued = i + 1
+			}
+		}
+		return res
+	}
+	if r := w.result(s.Turn); r != nil {
+		cp := *r
+		res.Result = &cp
+	}
+	return res
+}
+
+func (w *agent) onTitle(ctx workflow.Context, r TitleRequest) (SessionView, error) {
+	t, err := cleanTitle(r.Title)
+	if err != nil {
+		return w.view(), err
+	}
+	w.Title = t
+	w.report(ctx, ManagerUpdateRename)
+	return w.view(), nil
+}
+
+func (w *agent) onStop(ctx workflow.Context, r StopRequest) (StopResult, error) {
+	if w.busy != "turn" || w.cancelTurn == nil {
+		return StopResult{Queued: len(w.Queue)}, nil
+	}
+	turn := w.Turn
+	w.cancelTurn()
+	// Answer once the turn has really ended: its activities were cancelled
+	// and waited for.
+	_ = workflow.Await(ctx, func() bool { return w.result(turn) != nil })
+	return StopResult{Stopped: true, Turn: turn, Queued: len(w.Queue)}, nil
+}
+
+func (w *agent) onPause(ctx workflow.Context, r PauseRequest) (SessionView, error) {
+	if err := w.acquire(ctx, "pause"); err != nil {
+		return w.view(), err
+	}
+	defer w.release()
+	if w.Sandbox != nil && w.SandboxUp {
+		if err := w.snapshot(ctx); err != nil {
+			return w.view(), fmt.Errorf("could not save the workspace, so the sandbox keeps running: %s", userError(err))
+		}
+		if err := w.stopSandbox(ctx); err != nil {
+			return w.view(), err
+		}
+	}
+	w.Paused = true
+	w.release()
+	w.report(ctx, ManagerUpdateSwitch)
+	return w.view(), nil
+}
+
+func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, error) {
+	w.destroying = true
+	if w.busy == "turn" && w.cancelTurn != nil {
+		w.cancelTurn()
+	}
+	if err := w.acquire(ctx, "destroy"); err != nil {
+		return w.view(), err
+	}
+	defer w.release()
+	if w.Sandbox != nil {
+		var a *Activities
+		err := workflow.ExecuteActivity(sandboxCtx(ctx, 5*time.Minute), a.DestroySandbox,
+			SandboxInput{State: *w.Sandbox}).Get(ctx, nil)
+		if err != nil {
+			w.destroying = false
+			return w.view(), fmt.Errorf("could not destroy the sandbox: %s", userError(err))
+		}
+		w.Sandbox, w.SandboxUp = nil, false
+	}
+	var a *Activities
+	if err := workflow.ExecuteActivity(storeCtx(ctx), a.DeleteSessionData, w.workflowID).Get(ctx, nil); err != nil {
+		w.logger.Warn("deleting session data failed", "error", err)
+	}
+	w.Destroyed = true
+	w.Queue = nil
+	w.report(ctx, ManagerUpdateDestroy)
+	return w.view(), nil
+}
+
+// onSwitch moves the session to another backend. A switch that arrives
+// during a turn waits for the turn to end.
+func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, error) {
+	if err := w.acquire(ctx, "switch"); err != nil {
+		return SwitchResult{}, err
+	}
+	defer w.release()
+	res := SwitchResult{From: w.Backend, To: r.Backend}
+	if r.Backend == w.Backend && (r.Root == "" || r.Root == w.Root) {
+		res.Message = fmt.Sprintf("already on %s; nothing to do", w.Backend)
+		return res, nil
+	}
+	if w.Sandbox == nil {
+		// No sandbox yet (or it was destroyed): the next turn creates one
+		// on the new backend from the last snapshot, if any.
+		w.Backend, w.Root = r.Backend, r.Root
+		res.Changed = true
+		res.Message = fmt.Sprintf("switched %s → %s", res.From, res.To)
+		w.report(ctx, ManagerUpdateSwitch)
+		return res, nil
+	}
+	if err := w.ensureUp(ctx); err != nil {
+		return res, err
+	}
+	if err := w.snapshot(ctx); err != nil {
+		return res, fmt.Errorf("could not save the workspace; still on %s: %s", w.Backend, userError(err))
+	}
+	var a *Activities
+	var ens EnsureSandboxResult
+	err := workflow.ExecuteActivity(sandboxCtx(ctx, 15*time.Minute), a.EnsureSandbox, EnsureSandboxInput{
+		SessionID: w.workflowID, Backend: r.Backend, Root: r.Root, Title: w.Title, SnapshotKey: w.SnapshotKey,
+	}).Get(ctx, &ens)
+	if err != nil {
+		return res, fmt.Errorf("could not move to %s; still on %s: %s", r.Backend, w.Backend, userError(err))
+	}
+	old := *w.Sandbox
+	w.Sandbox, w.SandboxUp, w.Backend, w.Root = &ens.State, true, r.Backend, ens.State.Root
+	if r.Root == "" && r.Backend == "local" {
+		w.Root = ""
+	}
+	if err := workflow.ExecuteActivity(sandboxCtx(ctx, 5*time.Minute), a.DestroySandbox,
+		SandboxInput{State: old}).Get(ctx, nil); err != nil {
+		w.logger.Warn("destroying the old sandbox failed", "sandbox_id", old.ID, "error", err)
+	}
+	res.Changed = true
+	res.Message = fmt.Sprintf("switched %s → %s; %d files came along", res.From, res.To, ens.Info.Files)
+	w.report(ctx, ManagerUpdateSwitch)
+	return res, nil
+}
+
+// onForkSource snapshots the workspace and copies it and the transcript to
+// keys of the fork's own.
+func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSeed, error) {
+	for _, rec := range w.ForkSeeds {
+		if rec.ForkThreadKey == r.ForkThreadKey {
+			return rec.Seed, nil
+		}
+	}
+	if err := w.acquire(ctx, "fork"); err != nil {
+		return ForkSeed{}, err
+	}
+	defer w.release()
+	if w.Sandbox != nil && w.SandboxUp && (w.Dirty || w.SnapshotKey == "") {
+		if err := w.snapshot(ctx); err != nil {
+			return ForkSeed{}, fmt.Errorf("could not save the workspace for the fork: %s", userError(err))
+		}
+	}
+	forkID := AgentWorkflowID(r.ForkThreadKey)
+	seed := ForkSeed{ParentTitle: w.Title, ParentBackend: w.Backend, Usage: w.Usage,
+		Turns: append([]TurnSummary(nil), w.Summaries...)}
+	var a *Activities
+	if w.SnapshotKey != "" {
+		dst := snapshotKey(forkID, 1)
+		if err := workflow.ExecuteActivity(storeCtx(ctx), a.CopyBlob, CopyInput{Src: w.SnapshotKey, Dst: dst}).Get(ctx, nil); err != nil {
+			return ForkSeed{}, fmt.Errorf("could not copy the workspace: %s", userError(err))
+		}
+		seed.SnapshotKey = dst
+	}
+	if w.Transcript.Key != "" {
+		dst := transcriptKey(forkID, 0)
+		if err := workflow.ExecuteActivity(storeCtx(ctx), a.CopyBlob,
+			CopyInput{Src: w.Transcript.Key, Dst: dst}).Get(ctx, nil); err != nil {
+			return ForkSeed{}, fmt.Errorf("could not copy the transcript: %s", userError(err))
+		}
+		seed.TranscriptKey = dst
+	}
+	w.Forks++
+	seed.ForkNumber = w.Forks
+	w.ForkSeeds = append(w.ForkSeeds, ForkSeedRecord{ForkThreadKey: r.ForkThreadKey, Seed: seed})
+	if len(w.ForkSeeds) > maxForkSeeds {
+		w.ForkSeeds = w.ForkSeeds[1:]
+	}
+	return seed, nil
+}
+
+func (w *agent) status() SessionStatus {
+	switch {
+	case w.Destroyed:
+		return StatusDestroyed
+	case w.busy == "turn":
+		return StatusRunning
+	case w.busy != "" && w.busy != "idle":
+		return StatusBusy
+	case w.Paused:
+		return StatusPaused
+	default:
+		return StatusIdle
+	}
+}
+
+func (w *agent) view() SessionView {
+	v := SessionView{
+		ThreadKey: w.ThreadKey, WorkflowID: w.workflowID, Title: w.Title, Backend: w.Backend,
+		Root: w.Root, Status: w.status(), Turn: w.Turn, Queued: len(w.Queue),
+		Tools: append([]ToolStatus(nil), w.tools...), Usage: w.Usage, Forks: w.Forks,
+		Parent: w.Parent, Requester: w.Requester, Created: w.Created, LastError: w.LastError,
+		Snapshot: w.SnapshotKey,
+	}
+	if w.Sandbox != nil {
+		v.SandboxID = w.Sandbox.ID
+		if v.Root == "" {
+			v.Root = w.Sandbox.Root
+		}
+	}
+	return v
+}
+
+func (w *agent) entry() SessionEntry {
+	return SessionEntry{
+		ThreadKey: w.ThreadKey, WorkflowID: w.workflowID, Title: w.Title, Backend: w.Backend,
+		Parent: w.Parent, Requester: w.Requester, Created: w.Created, Status: w.status(), Forks: w.Forks,
+	}
+}
+
+// report tells the session manager about a change. It never fails the
+// caller: the registry is a view, and the next report corrects it.
+func (w *agent) report(ctx workflow.Context, update string) {
+	var a *Activities
+	err := workflow.ExecuteActivity(reportCtx(ctx), a.Report, ReportInput{Update: update, Entry: w.entry()}).Get(ctx, nil)
+	if err != nil {
+		w.logger.Warn("reporting to the session manager failed", "update", update, "error", err)
+	}
+}
+
+// ensureUp makes sure the session has a running sandbox, creating or
+// restoring one as needed, and records what happened for the user.
+func (w *agent) ensureUp(ctx workflow.Context) error {
+	if w.Sandbox != nil && w.SandboxUp {
+		return nil
+	}
+	var a *Activities
+	var ens EnsureSandboxResult
+	err := workflow.ExecuteActivity(sandboxCtx(ctx, 15*time.Minute), a.EnsureSandbox, EnsureSandboxInput{
+		SessionID: w.workflowID, Current: w.Sandbox, Backend: w.Backend, Root: w.Root,
+		Title: w.Title, SnapshotKey: w.SnapshotKey,
+	}).Get(ctx, &ens)
+	if err != nil {
+		return err
+	}
+	w.Sandbox, w.SandboxUp = &ens.State, true
+	w.Paused = false
+	if ens.Lost {
+		if ens.Restored {
+			w.notice("The sandbox was gone (expired or removed outside); I made a new one and restored the workspace from the last snapshot. Changes after that snapshot are lost.")
+		} else {
+			w.notice("The sandbox was gone (expired or removed outside) and there was no snapshot; I started an empty one.")
+		}
+	}
+	return nil
+}
+
+func (w *agent) notice(s string) {
+	w.Notices = append(w.Notices, s)
+	if len(w.Notices) > maxNotices {
+		w.Notices = w.Notices[1:]
+	}
+}
+
+// snapshot writes the workspace to a new key and makes it the session's
+// snapshot; the previous one is deleted.
+func (w *agent) snapshot(ctx workflow.Context) error {
+	if w.Sandbox == nil {
+		return nil
+	}
+	var a *Activities
+	gen := w.SnapshotGen + 1
+	key := snapshotKey(w.workflowID, gen)
+	if w.SnapshotKey == key {
+		gen++
+		key = snapshotKey(w.workflowID, gen)
+	}
+	var res SnapshotResult
+	if err := workflow.ExecuteActivity(sandboxCtx(ctx, 30*time.Minute), a.SnapshotSandbox,
+		SnapshotInput{State: *w.Sandbox, Key: key, Previous: w.SnapshotKey}).Get(ctx, &res); err != nil {
+		return err
+	}
+	w.SnapshotKey, w.SnapshotGen, w.Dirty = key, gen, false
+	return nil
+}
+
+func (w *agent) stopSandbox(ctx workflow.Context) error {
+	var a *Activities
+	if err := workflow.ExecuteActivity(sandboxCtx(ctx, 5*time.Minute), a.StopSandbox,
+		SandboxInput{State: *w.Sandbox}).Get(ctx, nil); err != nil {
+		return fmt.Errorf("could not stop the sandbox: %s", userError(err))
+	}
+	w.SandboxUp = false
+	return nil
+}
+
+// stopIdle snapshots and stops a sandbox nobody used for IdleTimeout.
+func (w *agent) stopIdle(ctx workflow.Context) {
+	if w.Dirty || w.SnapshotKey == "" {
+		if err := w.snapshot(ctx); err != nil {
+			w.logger.Warn("idle snapshot failed; the sandbox keeps running", "error", err)
+			return
+		}
+	}
+	if err := w.stopSandbox(ctx); err != nil {
+		w.logger.Warn("idle stop failed", "error", err)
+	}
+}
+
+// runTurn drains the queue into one model input and runs the agent loop to a
+// final answer, the step limit, a stop or an error.
+func (w *agent) runTurn(ctx workflow.Context) {
+	turnCtx, cancel := workflow.WithCancel(ctx)
+	w.cancelTurn = cancel
+	defer func() { cancel(); w.cancelTurn = nil; w.tools = nil }()
+
+	msgs := w.Queue
+	w.Queue = nil
+	w.Turn++
+	turn := w.Turn
+	res := TurnResult{Turn: turn, Status: TurnRunning}
+	for _, m := range msgs {
+		res.MessageIDs = append(res.MessageIDs, m.ID)
+		if s := w.seen(m.ID); s != nil {
+			s.Turn = turn
+		}
+	}
+	userText := combine(msgs)
+	w.tools = nil
+	w.progress(ctx, turn, TurnRunning, true)
+
+	var answer Text
+	var failure error
+	stopped := func() bool { return turnCtx.Err() != nil }
+
+	if err := w.ensureUp(turnCtx); err != nil {
+		failure = fmt.Errorf("the sandbox could not start: %s", userError(err))
+	}
+	appendMsgs := append(w.Pending, llm.Message{Role: llm.RoleUser, Content: userText})
+	w.Pending = nil
+	for step := 1; failure == nil && !stopped(); step++ {
+		res.Steps = step
+		var out ModelStepResult
+		var a *Activities
+		err := workflow.ExecuteActivity(modelCtx(turnCtx), a.ModelStep, ModelStepInput{
+			SessionID: w.workflowID, Turn: turn, Step: step, Transcript: w.Transcript, Append: appendMsgs,
+			Backend: w.Backend, Root: w.Sandbox.Root, FinalOnly: step >= w.Options.MaxSteps,
+		}).Get(turnCtx, &out)
+		if err != nil {
+			if !stopped() {
+				failure = fmt.Errorf("the model call failed: %s", userError(err))
+			}
+			break
+		}
+		w.Transcript = out.Transcript
+		appendMsgs = nil
+		res.Usage.Add(out.Usage)
+		w.Usage.Add(out.Usage)
+		if len(out.ToolCalls) == 0 {
+			answer = out.Answer
+			res.Status = TurnDone
+			break
+		}
+		if step >= w.Options.MaxSteps {
+			// The model asked for tools even when told to answer: record
+			// that the calls did not run, and end the turn.
+			for _, c := range out.ToolCalls {
+				w.Pending = append(w.Pending, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID,
+					Content: "not run: the turn reached its step limit"})
+			}
+			res.Status = TurnStepCap
+			answer = Text{Inline: fmt.Sprintf("I reached the limit of %d steps for one turn without a final answer. Say \"continue\" and I will go on.", w.Options.MaxSteps)}
+			break
+		}
+		appendMsgs = w.runTools(ctx, turnCtx, turn, step, out.ToolCalls)
+	}
+	if len(appendMsgs) > 0 && res.Status == TurnRunning {
+		w.Pending = append(w.Pending, appendMsgs...)
+	}
+
+	switch {
+	case res.Status == TurnDone || res.Status == TurnStepCap:
+	case w.destroying:
+		res.Status = TurnCanceled
+		answer = Text{Inline: "Stopped: the session is being destroyed."}
+	case failure == nil && stopped():
+		res.Status = TurnStopped
+		answer = Text{Inline: "Stopped."}
+	default:
+		res.Status = TurnFailed
+		res.Error = userError(failure)
+		w.LastError = res.Error
+		answer = Text{Inline: "Sorry — " + res.Error + fmt.Sprintf(" (turn %d of %s; your message is kept and will be sent again with the next one)", turn, w.workflowID)}
+	}
+	if len(w.Notices) > 0 {
+		notes := strings.Join(w.Notices, "\n")
+		w.Notices = nil
+		if answer.Ref == "" {
+			answer.Inline = notes + "\n\n" + answer.Inline
+			answer.Size = len(answer.Inline)
+		} else {
+			w.deliver(ctx, Outbound{Kind: OutboundNotice, Turn: turn, Key: fmt.Sprintf("%s/%d/notice", w.workflowID, turn), Text: Text{Inline: notes}})
+		}
+	}
+	res.Answer = preview(answer, MaxResultAnswer)
+	w.progress(ctx, turn, res.Status, true)
+	if !w.destroying {
+		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status})
+	}
+	// Keep the workspace recoverable: losing the sandbox between turns
+	// costs at most this turn's changes.
+	if w.Dirty && w.Sandbox != nil && w.SandboxUp && !w.destroying {
+		if err := w.snapshot(ctx); err != nil {
+			w.logger.Warn("snapshot after turn failed", "turn", turn, "error", err)
+		}
+	}
+	w.addResult(res, userText)
+}
+
+// runTools runs the calls of one model step in order and returns their
+// results as tool messages. When the turn is stopped, the calls not run get
+// a message saying so, so the transcript stays well-formed.
+func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []ToolCall) []llm.Message {
+	var out []llm.Message
+	base := len(w.tools)
+	for _, c := range calls {
+		w.tools = append(w.tools, ToolStatus{ID: c.ID, Name: c.Name, Summary: c.Summary, State: "pending"})
+	}
+	for i, c := range calls {
+		st := &w.tools[base+i]
+		if turnCtx.Err() != nil {
+			st.State = "cancelled"
+			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "not run: the user stopped the turn"})
+			continue
+		}
+		st.State = "running"
+		w.progress(ctx, turn, TurnRunning, false)
+		var a *Activities
+		var r ToolResult
+		actCtx := toolCtx(turnCtx, c.Name, w.Options.ToolTimeout)
+		err := workflow.ExecuteActivity(actCtx, a.RunTool, ToolInput{
+			SessionID: w.workflowID, Turn: turn, Step: step, State: *w.Sandbox, Call: c,
+			DefaultTimeout: w.Options.ToolTimeout,
+		}).Get(turnCtx, &r)
+		if c.Name != "read_file" {
+			w.Dirty = true
+		}
+		switch {
+		case err != nil && turnCtx.Err() != nil:
+			st.State = "cancelled"
+			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "stopped by the user before it finished"})
+			continue
+		case err != nil:
+			st.State, st.Detail = "failed", userError(err)
+			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "the tool could not run: " + userError(err)})
+			var appErr *temporal.ApplicationError
+			if errors.As(err, &appErr) && appErr.Type() == errTypeSandboxGone {
+				w.SandboxUp = false
+			}
+			continue
+		}
+		if r.OK {
+			st.State = "done"
+		} else {
+			st.State = "failed"
+		}
+		st.Detail = r.Summary
+		out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: r.Output})
+	}
+	w.progress(ctx, turn, TurnRunning, false)
+	return out
+}
+
+// progress queues an edit of the turn's progress message.
+func (w *agent) progress(ctx workflow.Context, turn int, status TurnStatus, force bool) {
+	w.deliver(ctx, Outbound{Kind: OutboundProgress, Turn: turn, Key: fmt.Sprintf("%s/%d/progress", w.workflowID, turn),
+		Title: w.Title, Tools: append([]ToolStatus(nil), w.tools...), Status: status,
+		Final: status != TurnRunning})
+}
+
+// deliver queues an outbound message. The outbox is sent in order by one
+// coroutine (startOutbox), so a turn never waits for the chat; a progress
+// edit replaces a queued edit of the same message (only the newest state
+// matters).
+func (w *agent) deliver(ctx workflow.Context, m Outbound) {
+	m.Thread = w.ThreadKey
+	if m.Kind == OutboundProgress {
+		for i := range w.outbox {
+			if w.outbox[i].Key == m.Key {
+				w.outbox[i] = m
+				return
+			}
+		}
+	}
+	w.outbox = append(w.outbox, m)
+}
+
+// startOutbox runs the coroutine that sends the outbox, editing a progress
+// message at most once a second.
+func (w *agent) startOutbox(ctx workflow.Context) {
+	lastEdit := map[string]time.Time{}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			if err := workflow.Await(ctx, func() bool { return len(w.outbox) > 0 }); err != nil {
+				return
+			}
+			w.sending = true
+			m := w.outbox[0]
+			if m.Kind == OutboundProgress {
+				if wait := time.Second - workflow.Now(ctx).Sub(lastEdit[m.Key]); wait > 0 && !lastEdit[m.Key].IsZero() {
+					_ = workflow.Sleep(ctx, wait)
+					m = w.outbox[0] // a newer state may have replaced it meanwhile
+				}
+			}
+			w.outbox = w.outbox[1:]
+			var a *Activities
+			if err := workflow.ExecuteActivity(deliverCtx(ctx), a.Deliver, m).Get(ctx, nil); err != nil {
+				w.logger.Warn("chat delivery failed", "key", m.Key, "error", err)
+			}
+			if m.Kind == OutboundProgress {
+				if m.Final {
+					delete(lastEdit, m.Key)
+				} else {
+					lastEdit[m.Key] = workflow.Now(ctx)
+				}
+			}
+			w.sending = false
+		}
+	})
+}
+
+// outboxIdle reports that nothing waits to be sent.
+func (w *agent) outboxIdle() bool { return len(w.outbox) == 0 && !w.sending }
+
+func (w *agent) addResult(res TurnResult, userText string) {
+	w.Results = append(w.Results, res)
+	if len(w.Results) > maxResults {
+		w.Results = w.Results[len(w.Results)-maxResults:]
+	}
+	w.Summaries = append(w.Summaries, TurnSummary{Turn: res.Turn, User: cut(userText, MaxResultAnswer/4),
+		Answer: cut(res.Answer, MaxResultAnswer/4), Status: res.Status})
+	if len(w.Summaries) > maxSummaries {
+		w.Summaries = w.Summaries[len(w.Summaries)-maxSummaries:]
+	}
+}
+
+// combine makes one model input of the queued messages.
+func combine(msgs []QueuedMessage) string {
+	if len(msgs) == 1 {
+		return msgs[0].Text
+	}
+	var b strings.Builder
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteString("\n\n")
+		}
+		if m.Author != "" {
+			b.WriteString(m.Author + ": ")
+		}
+		b.WriteString(m.Text)
+	}
+	return b.String()
+}
+
+func preview(t Text, n int) string {
+	return cut(t.Inline, n)
+}
+
+// cut shortens s to at most n bytes on a rune boundary, saying so.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const more = " […]"
+	end := n - len(more)
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + more
+}
+
+// userError turns an activity error into a short sentence for the chat: the
+// application error's message without the SDK's wrapping.
+func userError(err error) string {
+	if err == nil {
+		return ""
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
+	}
+	var timeoutErr *temporal.TimeoutError
+	if errors.As(err, &timeoutErr) {
+		return "it took too long (" + strings.ToLower(timeoutErr.TimeoutType().String()) + ")"
+	}
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return "it was cancelled"
+	}
+	return err.Error()
+}

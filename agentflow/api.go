@@ -1,0 +1,400 @@
+package agentflow
+
+import (
+	"strings"
+	"time"
+
+	"github.com/agentbot/agentbot/agentflow/llm"
+)
+
+// TaskQueue is the one task queue every workflow and activity of agentbot
+// runs on.
+const TaskQueue = "agentbot"
+
+// Workflow type names.
+const (
+	AgentWorkflowName          = "AgentWorkflow"
+	SessionManagerWorkflowName = "SessionManagerWorkflow"
+)
+
+// Updates and queries of AgentWorkflow.
+const (
+	// UpdateMessage queues a user message (MessageRequest → MessageResult).
+	UpdateMessage = "message"
+	// UpdateSwitch moves the session to another backend (SwitchRequest →
+	// SwitchResult).
+	UpdateSwitch = "switch"
+	// UpdateForkSource hands a fork its own copies of the transcript and the
+	// workspace (ForkSourceRequest → ForkSeed).
+	UpdateForkSource = "fork_source"
+	// UpdateTitle renames the session (TitleRequest → SessionView).
+	UpdateTitle = "title"
+	// UpdateStop cancels the running turn (StopRequest → StopResult).
+	UpdateStop = "stop"
+	// UpdatePause snapshots and stops the sandbox (PauseRequest →
+	// SessionView); the next message resumes it.
+	UpdatePause = "pause"
+	// UpdateDestroy deletes the sandbox and ends the session
+	// (DestroyRequest → SessionView).
+	UpdateDestroy = "destroy"
+	// QueryState returns a SessionView.
+	QueryState = "state"
+	// QueryTranscript returns the recent turns ([]TurnSummary).
+	QueryTranscript = "transcript"
+	// QueryMessage returns what became of one message, by ID
+	// (MessageResult; ErrUnknownMessage when the ID was never seen or is
+	// long forgotten). Client.Wait polls it: update handlers never block on
+	// a turn, so continue-as-new is never held up by a waiting client.
+	QueryMessage = "message"
+)
+
+// Updates and queries of SessionManagerWorkflow.
+const (
+	// ManagerUpdateCreate registers or refreshes a session (SessionEntry →
+	// SessionEntry). Agents send it when they start.
+	ManagerUpdateCreate = "create"
+	// ManagerUpdateFork forks a session into a new thread (ForkRequest →
+	// ForkResult).
+	ManagerUpdateFork = "fork"
+	// ManagerUpdateSwitch records a session's new backend (SessionEntry →
+	// SessionEntry).
+	ManagerUpdateSwitch = "switch"
+	// ManagerUpdateRename records a session's new title (SessionEntry →
+	// SessionEntry).
+	ManagerUpdateRename = "rename"
+	// ManagerUpdateDestroy marks a session destroyed (SessionEntry →
+	// SessionEntry).
+	ManagerUpdateDestroy = "destroy"
+	// ManagerQueryList returns every session of the tenant
+	// ([]SessionEntry, oldest first).
+	ManagerQueryList = "list"
+	// ManagerQueryLookup returns the session of one thread key
+	// (*SessionEntry, nil when unknown).
+	ManagerQueryLookup = "lookup"
+)
+
+// AgentWorkflowID is the workflow ID of the session of a thread: a pure
+// function of the thread key, so a lost cache never loses a session and two
+// messages at once never make two sessions.
+func AgentWorkflowID(threadKey string) string { return "agent/" + threadKey }
+
+// ManagerWorkflowID is the workflow ID of the session manager of the tenant
+// that threadKey belongs to ("sessions/slack:T123", "sessions/term:local").
+func ManagerWorkflowID(threadKey string) string {
+	platform, tenant := Tenant(threadKey)
+	return "sessions/" + platform + ":" + tenant
+}
+
+// Tenant splits a thread key into its platform and tenant:
+// "slack:T1:C2:123.4" → ("slack", "T1"), "discord:G1:C2" → ("discord", "G1"),
+// "term:alice" → ("term", "local").
+func Tenant(threadKey string) (platform, tenant string) {
+	parts := strings.SplitN(threadKey, ":", 3)
+	platform = parts[0]
+	switch {
+	case platform == "term" || len(parts) < 2:
+		return platform, "local"
+	default:
+		return platform, parts[1]
+	}
+}
+
+// Platform returns the platform prefix of a thread key ("slack").
+func Platform(threadKey string) string {
+	p, _ := Tenant(threadKey)
+	return p
+}
+
+// AgentInput starts an AgentWorkflow; it is also what the workflow carries
+// through continue-as-new (with Carry set).
+type AgentInput struct {
+	ThreadKey string `json:"thread_key"`
+	Title     string `json:"title,omitempty"`
+	// Backend is the sandbox backend to start on; empty means "local".
+	Backend string `json:"backend,omitempty"`
+	// Root is a workspace root for backends that take one (local).
+	Root      string `json:"root,omitempty"`
+	Requester string `json:"requester,omitempty"`
+	// Parent is the thread key of the session this one was forked from.
+	Parent string `json:"parent,omitempty"`
+	// Seed, for a fork, holds its own copies of the parent's transcript
+	// and workspace.
+	Seed    *ForkSeed    `json:"seed,omitempty"`
+	Options AgentOptions `json:"options,omitempty"`
+	// Carry is the state handed over by continue-as-new; nil on a first
+	// start.
+	Carry *AgentState `json:"carry,omitempty"`
+}
+
+// AgentOptions tune a session. Zero values mean the defaults.
+type AgentOptions struct {
+	// MaxSteps bounds the model calls of one turn (default 24).
+	MaxSteps int `json:"max_steps,omitempty"`
+	// IdleTimeout is how long a sandbox stays up with no turn before it
+	// is snapshotted and stopped (default 30 minutes).
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// ToolTimeout is the default time limit of a shell command (default
+	// 2 minutes); the model may ask for less or up to MaxToolTimeout.
+	ToolTimeout time.Duration `json:"tool_timeout,omitempty"`
+	// MaxTurnsPerRun forces continue-as-new after so many turns in one run,
+	// on top of the server's suggestion (default 200).
+	MaxTurnsPerRun int `json:"max_turns_per_run,omitempty"`
+}
+
+// Defaults of AgentOptions.
+const (
+	DefaultMaxSteps       = 24
+	DefaultIdleTimeout    = 30 * time.Minute
+	DefaultToolTimeout    = 2 * time.Minute
+	MaxToolTimeout        = 30 * time.Minute
+	DefaultMaxTurnsPerRun = 200
+)
+
+func (o AgentOptions) withDefaults() AgentOptions {
+	if o.MaxSteps <= 0 {
+		o.MaxSteps = DefaultMaxSteps
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.ToolTimeout <= 0 {
+		o.ToolTimeout = DefaultToolTimeout
+	}
+	if o.MaxTurnsPerRun <= 0 {
+		o.MaxTurnsPerRun = DefaultMaxTurnsPerRun
+	}
+	return o
+}
+
+// Limits on what a message may carry, so that no payload nears Temporal's.
+const (
+	// MaxMessageBytes is the largest user message accepted.
+	MaxMessageBytes = 32 << 10
+	// MaxQueuedMessages is how many messages may wait for the next turn.
+	MaxQueuedMessages = 50
+	// MaxTitleRunes is the longest title.
+	MaxTitleRunes = 100
+)
+
+// MessageRequest is the argument of UpdateMessage.
+type MessageRequest struct {
+	// ID is the platform's message or event ID. A repeated ID starts no
+	// second turn: it gets the first one's result.
+	ID     string `json:"id"`
+	Author string `json:"author,omitempty"`
+	Text   string `json:"text"`
+}
+
+// MessageResult is the result of UpdateMessage.
+type MessageResult struct {
+	// Turn is the turn that handles (or handled) the message; 0 when it is
+	// queued behind a running turn and not yet assigned.
+	Turn int `json:"turn"`
+	// Duplicate says the message ID was seen before; nothing was queued.
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Queued counts the messages waiting, this one included, when it was
+	// accepted.
+	Queued int `json:"queued,omitempty"`
+	// Result is the turn's outcome once it has finished (for a duplicate
+	// of a handled message, or from QueryMessage).
+	Result *TurnResult `json:"result,omitempty"`
+}
+
+// TurnStatus is how a turn ended.
+type TurnStatus string
+
+// Turn statuses.
+const (
+	TurnDone     TurnStatus = "done"
+	TurnStopped  TurnStatus = "stopped"
+	TurnFailed   TurnStatus = "failed"
+	TurnStepCap  TurnStatus = "step_limit"
+	TurnRunning  TurnStatus = "running"
+	TurnCanceled TurnStatus = "canceled" // the session was destroyed mid-turn
+)
+
+// TurnResult is the outcome of one turn, kept for the last few turns.
+type TurnResult struct {
+	Turn   int        `json:"turn"`
+	Status TurnStatus `json:"status"`
+	// Answer is the final answer, cut to MaxResultAnswer bytes (the whole
+	// answer is in the transcript and was delivered to the chat).
+	Answer string `json:"answer,omitempty"`
+	// Error is a short, safe sentence when the turn failed.
+	Error string    `json:"error,omitempty"`
+	Usage llm.Usage `json:"usage"`
+	Steps int       `json:"steps"`
+	// MessageIDs are the messages this turn answered.
+	MessageIDs []string `json:"message_ids,omitempty"`
+}
+
+// MaxResultAnswer bounds TurnResult.Answer.
+const MaxResultAnswer = 8 << 10
+
+// SwitchRequest is the argument of UpdateSwitch.
+type SwitchRequest struct {
+	Backend string `json:"backend"`
+	Root    string `json:"root,omitempty"`
+	By      string `json:"by,omitempty"`
+}
+
+// SwitchResult is the result of UpdateSwitch.
+type SwitchResult struct {
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Changed bool   `json:"changed"`
+	// Message says what happened, for the chat.
+	Message string `json:"message"`
+}
+
+// ForkSourceRequest is the argument of UpdateForkSource.
+type ForkSourceRequest struct {
+	// ForkThreadKey is the fork's thread key; repeating a request with the
+	// same key returns the same seed.
+	ForkThreadKey string `json:"fork_thread_key"`
+	Backend       string `json:"backend,omitempty"`
+}
+
+// ForkSeed is what a fork starts from: its own copies, under its own keys.
+type ForkSeed struct {
+	TranscriptKey string `json:"transcript_key,omitempty"`
+	SnapshotKey   string `json:"snapshot_key,omitempty"`
+	ParentTitle   string `json:"parent_title"`
+	ParentBackend string `json:"parent_backend"`
+	// ForkNumber counts the parent's forks, this one included.
+	ForkNumber int           `json:"fork_number"`
+	Usage      llm.Usage     `json:"usage"`
+	Turns      []TurnSummary `json:"turns,omitempty"`
+}
+
+// TitleRequest is the argument of UpdateTitle.
+type TitleRequest struct {
+	Title string `json:"title"`
+	By    string `json:"by,omitempty"`
+}
+
+// StopRequest is the argument of UpdateStop.
+type StopRequest struct {
+	By string `json:"by,omitempty"`
+}
+
+// StopResult is the result of UpdateStop.
+type StopResult struct {
+	// Stopped says a turn was running and was cancelled.
+	Stopped bool `json:"stopped"`
+	Turn    int  `json:"turn,omitempty"`
+	// Queued counts messages still waiting; they run next.
+	Queued int `json:"queued,omitempty"`
+}
+
+// PauseRequest is the argument of UpdatePause.
+type PauseRequest struct {
+	By string `json:"by,omitempty"`
+}
+
+// DestroyRequest is the argument of UpdateDestroy.
+type DestroyRequest struct {
+	By string `json:"by,omitempty"`
+}
+
+// SessionStatus is the state of a session as a whole.
+type SessionStatus string
+
+// Session statuses.
+const (
+	StatusIdle      SessionStatus = "idle"
+	StatusRunning   SessionStatus = "running"
+	StatusBusy      SessionStatus = "busy" // switching, forking, pausing
+	StatusPaused    SessionStatus = "paused"
+	StatusDestroyed SessionStatus = "destroyed"
+)
+
+// ToolStatus is one tool call of the running turn, for live progress.
+type ToolStatus struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Summary string `json:"summary"` // "shell: go test ./..."
+	State   string `json:"state"`   // pending, running, done, failed
+	Detail  string `json:"detail,omitempty"`
+}
+
+// SessionView is the answer of QueryState.
+type SessionView struct {
+	ThreadKey  string        `json:"thread_key"`
+	WorkflowID string        `json:"workflow_id"`
+	Title      string        `json:"title"`
+	Backend    string        `json:"backend"`
+	Root       string        `json:"root,omitempty"`
+	SandboxID  string        `json:"sandbox_id,omitempty"`
+	Status     SessionStatus `json:"status"`
+	Turn       int           `json:"turn"`
+	Queued     int           `json:"queued"`
+	Tools      []ToolStatus  `json:"tools,omitempty"`
+	Usage      llm.Usage     `json:"usage"`
+	Forks      int           `json:"forks"`
+	Parent     string        `json:"parent,omitempty"`
+	Requester  string        `json:"requester,omitempty"`
+	Created    time.Time     `json:"created"`
+	LastError  string        `json:"last_error,omitempty"`
+	Snapshot   string        `json:"snapshot,omitempty"`
+}
+
+// TurnSummary is one turn in QueryTranscript: what was asked and answered,
+// each cut to MaxResultAnswer bytes.
+type TurnSummary struct {
+	Turn   int        `json:"turn"`
+	User   string     `json:"user"`
+	Answer string     `json:"answer"`
+	Status TurnStatus `json:"status"`
+}
+
+// SessionEntry is one session in a manager's registry.
+type SessionEntry struct {
+	ThreadKey  string        `json:"thread_key"`
+	WorkflowID string        `json:"workflow_id"`
+	Title      string        `json:"title"`
+	Backend    string        `json:"backend"`
+	Parent     string        `json:"parent,omitempty"`
+	Requester  string        `json:"requester,omitempty"`
+	Created    time.Time     `json:"created"`
+	Status     SessionStatus `json:"status"`
+	Forks      int           `json:"forks,omitempty"`
+}
+
+// ForkRequest is the argument of ManagerUpdateFork.
+type ForkRequest struct {
+	SourceThread string `json:"source_thread"`
+	Backend      string `json:"backend,omitempty"`
+	Title        string `json:"title,omitempty"`
+	Requester    string `json:"requester,omitempty"`
+	// RequestID makes the fork idempotent: a repeated ID returns the first
+	// fork.
+	RequestID string `json:"request_id"`
+}
+
+// ForkResult is the result of ManagerUpdateFork.
+type ForkResult struct {
+	ThreadKey  string `json:"thread_key"`
+	WorkflowID string `json:"workflow_id"`
+	Title      string `json:"title"`
+	Backend    string `json:"backend"`
+}
+
+// ManagerInput starts (and continues) a SessionManagerWorkflow.
+type ManagerInput struct {
+	Platform string `json:"platform"`
+	Tenant   string `json:"tenant"`
+	// Sessions carries the registry through continue-as-new.
+	Sessions []SessionEntry `json:"sessions,omitempty"`
+	// Forks carries the results of recent fork requests by request ID.
+	Forks []ForkRecord `json:"forks,omitempty"`
+	// MaxUpdatesPerRun forces continue-as-new after so many updates
+	// (default 1000), on top of the server's suggestion.
+	MaxUpdatesPerRun int `json:"max_updates_per_run,omitempty"`
+}
+
+// ForkRecord remembers the result of one fork request.
+type ForkRecord struct {
+	RequestID string     `json:"request_id"`
+	Result    ForkResult `json:"result"`
+}

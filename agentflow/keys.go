@@ -1,0 +1,25 @@
+package agentflow
+
+import (
+	"fmt"
+
+	"github.com/agentbot/agentbot/store"
+)
+
+// Blob keys of a session all live under store.SessionPrefix(sessionID), so
+// destroying a session deletes one prefix, and a fork writes only under its
+// own.
+
+func snapshotKey(sessionID string, gen int64) string { return store.SnapshotKey(sessionID, gen) }
+
+func transcriptKey(sessionID string, version int64) string {
+	return fmt.Sprintf("%stranscript/%016d.json", store.SessionPrefix(sessionID), version)
+}
+
+func answerKey(sessionID string, turn int) string {
+	return fmt.Sprintf("%sanswers/%08d.txt", store.SessionPrefix(sessionID), turn)
+}
+
+func argsKey(sessionID string, turn, step int, callID string) string {
+	return fmt.Sprintf("%sargs/%08d-%04d-%x.json", store.SessionPrefix(sessionID), turn, step, callID)
+}

@@ -1,0 +1,96 @@
+package agentflow
+
+import (
+	"time"
+
+	"github.com/agentbot/agentbot/agentflow/llm"
+	"github.com/agentbot/agentbot/sandboxes"
+)
+
+// AgentState is all the state of an AgentWorkflow, carried whole through
+// continue-as-new. It is small by construction: the transcript and the
+// workspace live in the blob store and are referenced here by key, and every
+// list is bounded.
+type AgentState struct {
+	ThreadKey string       `json:"thread_key"`
+	Title     string       `json:"title"`
+	Backend   string       `json:"backend"`
+	Root      string       `json:"root,omitempty"`
+	Requester string       `json:"requester,omitempty"`
+	Parent    string       `json:"parent,omitempty"`
+	Created   time.Time    `json:"created"`
+	Options   AgentOptions `json:"options"`
+	Usage     llm.Usage    `json:"usage"`
+	Forks     int          `json:"forks,omitempty"`
+	Turn      int          `json:"turn"`
+	LastError string       `json:"last_error,omitempty"`
+	Paused    bool         `json:"paused,omitempty"`
+	Destroyed bool         `json:"destroyed,omitempty"`
+
+	// Sandbox is the session's sandbox, nil before the first turn. SandboxUp
+	// says it is running (not stopped by idle or pause).
+	Sandbox   *sandboxes.State `json:"sandbox,omitempty"`
+	SandboxUp bool             `json:"sandbox_up,omitempty"`
+	// SnapshotKey is the newest good snapshot of the workspace; SnapshotGen
+	// numbers snapshots so each gets a key of its own.
+	SnapshotKey string `json:"snapshot_key,omitempty"`
+	SnapshotGen int64  `json:"snapshot_gen,omitempty"`
+	// Dirty says the workspace may have changed since SnapshotKey.
+	Dirty bool `json:"dirty,omitempty"`
+
+	// Transcript is the conversation in the blob store; Pending holds
+	// messages not yet written to it (tool results of a stopped turn, the
+	// user message of a failed one), sent with the next model call.
+	Transcript TranscriptRef `json:"transcript"`
+	Pending    []llm.Message `json:"pending,omitempty"`
+
+	Queue     []QueuedMessage  `json:"queue,omitempty"`
+	Seen      []SeenMessage    `json:"seen,omitempty"`
+	Results   []TurnResult     `json:"results,omitempty"`
+	Summaries []TurnSummary    `json:"summaries,omitempty"`
+	ForkSeeds []ForkSeedRecord `json:"fork_seeds,omitempty"`
+	// Notices are told to the user with the next answer ("the sandbox was
+	// lost and restored from the last snapshot").
+	Notices []string `json:"notices,omitempty"`
+	// Registered says the session manager knows this session.
+	Registered bool `json:"registered,omitempty"`
+}
+
+// QueuedMessage is a user message waiting for the next turn.
+type QueuedMessage struct {
+	ID     string    `json:"id"`
+	Author string    `json:"author,omitempty"`
+	Text   string    `json:"text"`
+	At     time.Time `json:"at"`
+}
+
+// SeenMessage remembers a message ID and the turn that handled it (0 while
+// queued), so a platform retry starts no second turn.
+type SeenMessage struct {
+	ID   string `json:"id"`
+	Turn int    `json:"turn"`
+}
+
+// ForkSeedRecord remembers the seed handed to one fork, so a retried
+// fork_source returns it again.
+type ForkSeedRecord struct {
+	ForkThreadKey string   `json:"fork_thread_key"`
+	Seed          ForkSeed `json:"seed"`
+}
+
+// TranscriptRef points at one version of a session's transcript in the blob
+// store.
+type TranscriptRef struct {
+	Key      string `json:"key,omitempty"`
+	Version  int64  `json:"version"`
+	Messages int    `json:"messages"`
+}
+
+// Bounds of the lists in AgentState.
+const (
+	maxSeen      = 512
+	maxResults   = 16
+	maxSummaries = 20
+	maxForkSeeds = 16
+	maxNotices   = 8
+)

@@ -1,0 +1,104 @@
+// Package terminal is the line-based terminal chat of agentbot: a full chat
+// adapter (it receives commands and messages, and it delivers the sessions'
+// outbound messages), used by the embedded default and by tests to drive the
+// bot core with no chat platform.
+//
+// Thread keys are "term:<name>". The terminal shows one thread at a time;
+// messages of other threads are printed with their thread's name.
+package terminal
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/agentbot/agentbot/agentflow"
+)
+
+// Sender delivers sessions' outbound messages to a terminal (any
+// io.Writer). It implements agentflow.ChatSender and agentflow.ThreadCreator.
+// A terminal cannot edit what it printed, so a progress message prints one
+// line per tool state change; a repeated delivery of the same key and
+// content prints nothing (activity retries stay silent).
+type Sender struct {
+	mu   sync.Mutex
+	w    io.Writer
+	last map[string]string // outbound key → what was printed last
+}
+
+// NewSender returns a Sender printing to w.
+func NewSender(w io.Writer) *Sender {
+	return &Sender{w: w, last: map[string]string{}}
+}
+
+var threadLink = regexp.MustCompile(`<thread:([^>]+)>`)
+
+// Deliver prints m.
+func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := strings.TrimPrefix(m.Thread, "term:")
+	var text string
+	switch m.Kind {
+	case agentflow.OutboundProgress:
+		var b strings.Builder
+		for _, t := range m.Tools {
+			line := fmt.Sprintf("[%s] · %s (%s", name, t.Summary, t.State)
+			if t.Detail != "" {
+				line += ": " + t.Detail
+			}
+			line += ")\n"
+			key := m.Key + "/" + t.ID + "/" + t.State
+			if s.last[key] == "" {
+				s.last[key] = line
+				b.WriteString(line)
+			}
+		}
+		text = b.String()
+		if text == "" {
+			return nil
+		}
+		_, err := io.WriteString(s.w, text)
+		return err
+	case agentflow.OutboundAnswer:
+		text = fmt.Sprintf("[%s] agent: %s\n", name, m.Text.Inline)
+	default:
+		text = fmt.Sprintf("[%s] * %s\n", name, m.Text.Inline)
+	}
+	text = threadLink.ReplaceAllStringFunc(text, func(l string) string {
+		return "'" + strings.TrimPrefix(threadLink.FindStringSubmatch(l)[1], "term:") + "'"
+	})
+	if s.last[m.Key] == text {
+		return nil
+	}
+	s.last[m.Key] = text
+	_, err := io.WriteString(s.w, text)
+	return err
+}
+
+// CreateThread names a new terminal thread after the fork's title and the
+// request: the same requestID always gives the same thread, in this process
+// or after a restart, and different requests never share one.
+func (s *Sender) CreateThread(ctx context.Context, sourceThread, title, requestID string) (string, error) {
+	base := slug(title)
+	if base == "" {
+		base = slug(strings.TrimPrefix(sourceThread, "term:")) + "-fork"
+	}
+	sum := sha256.Sum256([]byte(sourceThread + "\x00" + requestID))
+	return fmt.Sprintf("term:%s-%x", base, sum[:3]), nil
+}
+
+var nonSlug = regexp.MustCompile(`[^a-z0-9]+`)
+
+func slug(s string) string {
+	s = nonSlug.ReplaceAllString(strings.ToLower(s), "-")
+	s = strings.Trim(s, "-")
+	if len(s) > 40 {
+		s = strings.TrimRight(s[:40], "-")
+	}
+	return s
+}

@@ -1,0 +1,118 @@
+// Command bot is agentbot's gateway. With no configuration at all it runs
+// everything on this machine — the embedded default: a Temporal dev server
+// (the temporal CLI, state kept under the state dir), an in-process worker,
+// the local sandbox, and a terminal chat on stdin/stdout.
+//
+// Run with -h for the configuration table.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	_ "gocloud.dev/blob/gcsblob" // gs:// blob stores
+	_ "gocloud.dev/blob/s3blob"  // s3:// blob stores
+
+	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/bot/terminal"
+	"github.com/agentbot/agentbot/internal/agentworker"
+	"github.com/agentbot/agentbot/internal/config"
+	"github.com/agentbot/agentbot/internal/devserver"
+)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: bot\n\nEnvironment:\n%s", config.Table())
+	}
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bot:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load(os.Environ())
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// The terminal is the chat: logs go to a file so they do not mix with
+	// the conversation.
+	logFile, err := os.OpenFile(filepath.Join(cfg.StateDir, "bot.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	embedded := cfg.TemporalAddress == ""
+	addr := cfg.TemporalAddress
+	if embedded {
+		fmt.Fprintln(os.Stderr, "starting the embedded Temporal dev server…")
+		srv, err := devserver.Start(ctx, devserver.Options{
+			Path: cfg.TemporalBin, StateDir: filepath.Join(cfg.StateDir, "temporal"),
+			UIPort: cfg.TemporalUIPort, Stdout: logFile, Stderr: logFile,
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		addr = srv.Address()
+		if ui := srv.UIAddress(); ui != "" {
+			fmt.Fprintf(os.Stderr, "Temporal web UI: %s\n", ui)
+		}
+	}
+	tc, err := client.DialContext(ctx, client.Options{
+		HostPort: addr, Namespace: cfg.TemporalNamespace, Logger: tlog.NewStructuredLogger(logger),
+	})
+	if err != nil {
+		return fmt.Errorf("connecting to Temporal at %s: %w", addr, err)
+	}
+	defer tc.Close()
+
+	sender := terminal.NewSender(os.Stdout)
+	backends := cfg.Backends
+	if embedded {
+		w, err := agentworker.New(ctx, tc, agentworker.Options{
+			Config: cfg, Logger: logger, Chat: map[string]agentflow.ChatSender{"term": sender},
+		})
+		if err != nil {
+			return err
+		}
+		for _, u := range w.Unavailable {
+			fmt.Fprintf(os.Stderr, "backend %s is not available: %v\n", u.Name, u.Err)
+		}
+		if err := w.Start(); err != nil {
+			return err
+		}
+		defer w.Stop()
+		backends = w.Registry.Names()
+	}
+	if len(backends) == 0 {
+		backends = []string{"local", "docker"}
+	}
+	chat := &terminal.Chat{
+		Client: agentflow.NewClient(tc), In: os.Stdin, Out: os.Stdout,
+		User: os.Getenv("USER"), Backends: backends, DefaultBackend: cfg.DefaultBackend,
+		Options: agentflow.AgentOptions{
+			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
+		},
+		PrintAnswers: !embedded,
+	}
+	return chat.Run(ctx)
+}

@@ -1,0 +1,168 @@
+// Package agentworker builds agentbot's Temporal worker: the sandbox
+// registry with every available backend, the blob store, the model client
+// and the activities, registered with both workflows on agentflow.TaskQueue.
+// cmd/worker runs it alone; cmd/bot runs it in-process in the embedded
+// default.
+package agentworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/agentflow/llm"
+	"github.com/agentbot/agentbot/internal/config"
+	"github.com/agentbot/agentbot/internal/fakeopenai"
+	"github.com/agentbot/agentbot/sandboxes"
+	"github.com/agentbot/agentbot/sandboxes/dockersandbox"
+	"github.com/agentbot/agentbot/sandboxes/localsandbox"
+	"github.com/agentbot/agentbot/store"
+)
+
+// Options are what the worker needs beyond the configuration.
+type Options struct {
+	Config config.Config
+	// Chat maps platforms to the senders of outbound messages.
+	Chat map[string]agentflow.ChatSender
+	// Logger is the program's logger; the worker and the SDK log to it.
+	Logger *slog.Logger
+}
+
+// Worker is a built, not yet started, worker.
+type Worker struct {
+	// Registry holds the registered (available) backends.
+	Registry *sandboxes.Registry
+	// Unavailable lists the backends that could not be registered, and why.
+	Unavailable []sandboxes.Availability
+
+	w      worker.Worker
+	blobs  *store.Blobs
+	closer []func() error
+}
+
+// New builds the worker on tc. It fails when nothing can run (no backend at
+// all, a blob store that cannot open, a bad model configuration).
+func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
+	cfg := opts.Config
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	wk := &Worker{Registry: sandboxes.NewRegistry()}
+	ok := false
+	defer func() {
+		if !ok {
+			wk.close()
+		}
+	}()
+
+	if cfg.Enabled(localsandbox.Name) {
+		lb, err := localsandbox.New(localsandbox.Options{BaseDir: cfg.LocalDir})
+		if err != nil {
+			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: localsandbox.Name, Err: err})
+		} else {
+			wk.add(ctx, localsandbox.Name, lb)
+		}
+	}
+	if cfg.Enabled(dockersandbox.Name) {
+		db, err := dockersandbox.New(dockersandbox.Options{
+			Image: cfg.DockerImage, Network: cfg.DockerNetwork, MemoryBytes: cfg.DockerMemory,
+			NanoCPUs: int64(cfg.DockerCPUs * 1e9), PidsLimit: cfg.DockerPids,
+		})
+		if err != nil {
+			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: dockersandbox.Name, Err: err})
+		} else {
+			wk.closer = append(wk.closer, db.Close)
+			wk.add(ctx, dockersandbox.Name, db)
+		}
+	}
+	if len(wk.Registry.Names()) == 0 {
+		return nil, fmt.Errorf("no sandbox backend can run here: %s", describe(wk.Unavailable))
+	}
+	if len(wk.Unavailable) > 0 {
+		logger.Warn("some sandbox backends are not available", "backends", describe(wk.Unavailable))
+	}
+
+	blobs, err := store.OpenBlobs(ctx, cfg.BlobURL)
+	if err != nil {
+		return nil, err
+	}
+	wk.blobs = blobs
+	wk.closer = append(wk.closer, blobs.Close)
+
+	baseURL, apiKey := cfg.OpenAIBaseURL, cfg.OpenAIAPIKey
+	if baseURL == "fake" {
+		fake := fakeopenai.New(fakeopenai.Options{Script: fakeopenai.DirectiveScript()})
+		wk.closer = append(wk.closer, func() error { fake.Close(); return nil })
+		baseURL, apiKey = fake.URL(), ""
+		logger.Warn("using the built-in scripted model (OPENAI_BASE_URL=fake): it follows sh:/read:/write: directives and echoes the rest")
+	}
+	model, err := llm.New(llm.Config{BaseURL: baseURL, APIKey: apiKey, API: llm.API(cfg.ModelAPI)})
+	if err != nil {
+		return nil, err
+	}
+
+	acts := &agentflow.Activities{
+		Sandboxes: wk.Registry, Blobs: blobs, Model: model, ModelName: cfg.Model,
+		Chat: opts.Chat, Temporal: tc, Logger: logger, ContextChars: cfg.ContextChars,
+		Secrets: cfg.Secrets,
+	}
+	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{})
+	Register(wk.w, acts)
+	ok = true
+	return wk, nil
+}
+
+// Register registers agentbot's workflows and activities on w.
+func Register(w worker.Registry, acts *agentflow.Activities) {
+	w.RegisterWorkflowWithOptions(agentflow.AgentWorkflow, workflow.RegisterOptions{Name: agentflow.AgentWorkflowName})
+	w.RegisterWorkflowWithOptions(agentflow.SessionManagerWorkflow, workflow.RegisterOptions{Name: agentflow.SessionManagerWorkflowName})
+	w.RegisterActivity(acts)
+}
+
+func (wk *Worker) add(ctx context.Context, name string, b sandboxes.Backend) {
+	if err := b.Available(ctx); err != nil {
+		wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: name, Description: b.Description(), Err: err})
+		return
+	}
+	if err := wk.Registry.Register(name, b); err != nil {
+		wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: name, Err: err})
+	}
+}
+
+func describe(as []sandboxes.Availability) string {
+	var parts []string
+	for _, a := range as {
+		parts = append(parts, fmt.Sprintf("%s: %v", a.Name, a.Err))
+	}
+	if len(parts) == 0 {
+		return "none configured"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Start starts polling.
+func (wk *Worker) Start() error { return wk.w.Start() }
+
+// Stop stops polling, waits for running activities within the SDK's stop
+// timeout, and releases the worker's resources.
+func (wk *Worker) Stop() {
+	wk.w.Stop()
+	wk.close()
+}
+
+func (wk *Worker) close() {
+	var errs []error
+	for i := len(wk.closer) - 1; i >= 0; i-- {
+		errs = append(errs, wk.closer[i]())
+	}
+	wk.closer = nil
+	_ = errors.Join(errs...)
+}

@@ -1,0 +1,264 @@
+// Package config is agentbot's configuration: one explicit struct, loaded
+// from environment variables (the caller passes them; only cmd/* reads the
+// process environment) and overridden by flags in cmd/*. Unknown AGENTBOT_*
+// variables are errors, and Validate says exactly what is wrong.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration of the bot and the worker.
+type Config struct {
+	// TemporalAddress is host:port of the Temporal frontend. Empty means
+	// the embedded default: cmd/bot starts a dev server.
+	TemporalAddress   string
+	TemporalNamespace string
+	// TemporalBin is the temporal CLI for the embedded dev server; empty
+	// means PATH, then the repository's .bin.
+	TemporalBin string
+	// TemporalUIPort is the embedded server's web UI port (0: the server's
+	// port + 1000; -1: none).
+	TemporalUIPort int
+	// StateDir holds local state: the embedded server's database, local
+	// sandboxes, the default blob store.
+	StateDir string
+	// BlobURL opens the blob store (file://, mem://, s3://, gs://).
+	BlobURL string
+
+	// Model endpoint. OpenAIAPIKey is a secret: it is read by the worker
+	// and never enters a workflow payload or a log.
+	OpenAIBaseURL string
+	OpenAIAPIKey  string
+	Model         string
+	ModelAPI      string // "chat" or "responses"
+	ContextChars  int
+
+	// Sandboxes.
+	DefaultBackend string
+	Backends       []string // enabled backends; empty = every available one
+	LocalDir       string
+	DockerImage    string
+	DockerNetwork  string
+	DockerMemory   int64
+	DockerCPUs     float64
+	DockerPids     int64
+
+	// Session defaults.
+	MaxSteps    int
+	IdleTimeout time.Duration
+	ToolTimeout time.Duration
+
+	// RedisURL, when set, caches thread lookups and de-duplicates events
+	// in Redis; empty means in memory.
+	RedisURL string
+
+	LogLevel slog.Level
+	// Secrets collects the secret values of this configuration, to redact
+	// from chat messages and logs.
+	Secrets []string
+}
+
+// Var documents one environment variable.
+type Var struct {
+	Name, Default, Help string
+}
+
+// Vars lists every environment variable agentbot reads, for --help and the
+// README.
+var Vars = []Var{
+	{"TEMPORAL_ADDRESS", "(empty: embedded dev server)", "Temporal frontend host:port"},
+	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
+	{"AGENTBOT_TEMPORAL_BIN", "(PATH, then ./.bin)", "temporal CLI used for the embedded dev server"},
+	{"AGENTBOT_TEMPORAL_UI_PORT", "0 (server port + 1000)", "embedded server's web UI port; -1 for none"},
+	{"AGENTBOT_STATE_DIR", "$XDG_STATE_HOME/agentbot or ~/.local/state/agentbot", "local state: embedded Temporal database, local sandboxes, default blob store"},
+	{"AGENTBOT_BLOB_URL", "file://<state dir>/blobs", "blob store for snapshots and transcripts (file://, mem://, s3://, gs://)"},
+	{"OPENAI_BASE_URL", "https://api.openai.com/v1", "any OpenAI-compatible endpoint (Azure OpenAI, Ollama, vLLM, LiteLLM); \"fake\" runs the built-in scripted model (offline demo)"},
+	{"OPENAI_API_KEY", "", "API key of the endpoint (secret: read by the worker only)"},
+	{"AGENTBOT_MODEL", "gpt-4.1-mini", "model name"},
+	{"AGENTBOT_MODEL_API", "chat", "chat (Chat Completions) or responses (Responses API)"},
+	{"AGENTBOT_CONTEXT_CHARS", "300000", "context budget in characters; older turns are left out past it"},
+	{"AGENTBOT_DEFAULT_BACKEND", "local", "backend of new sessions"},
+	{"AGENTBOT_BACKENDS", "(every available one)", "comma-separated backends to enable"},
+	{"AGENTBOT_LOCAL_DIR", "<state dir>/sandboxes", "where local sandboxes live"},
+	{"AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest", "image of Docker sandboxes"},
+	{"AGENTBOT_DOCKER_NETWORK", "none", "network of Docker sandboxes"},
+	{"AGENTBOT_DOCKER_MEMORY_MB", "1024", "memory limit of a Docker sandbox"},
+	{"AGENTBOT_DOCKER_CPUS", "1", "CPU limit of a Docker sandbox"},
+	{"AGENTBOT_DOCKER_PIDS", "512", "process limit of a Docker sandbox"},
+	{"AGENTBOT_MAX_STEPS", "24", "model calls per turn"},
+	{"AGENTBOT_IDLE_TIMEOUT", "30m", "idle time before a sandbox is snapshotted and stopped"},
+	{"AGENTBOT_TOOL_TIMEOUT", "2m", "default time limit of a shell command"},
+	{"REDIS_URL", "(empty: in memory)", "Redis for the thread cache and event de-duplication"},
+	{"AGENTBOT_LOG_LEVEL", "info", "debug, info, warn or error"},
+}
+
+// Load reads the configuration from environ (as os.Environ returns it).
+func Load(environ []string) (Config, error) {
+	env := map[string]string{}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	known := map[string]bool{}
+	for _, v := range Vars {
+		known[v.Name] = true
+	}
+	var errs []error
+	for _, k := range sortedKeys(env) {
+		if strings.HasPrefix(k, "AGENTBOT_") && !known[k] {
+			errs = append(errs, fmt.Errorf("unknown variable %s (see --help for the list)", k))
+		}
+	}
+	get := func(k, def string) string {
+		if v, ok := env[k]; ok && v != "" {
+			return v
+		}
+		return def
+	}
+	num := func(k string, def int64) int64 {
+		s := get(k, "")
+		if s == "" {
+			return def
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not a whole number", k, s))
+		}
+		return n
+	}
+	dur := func(k string, def time.Duration) time.Duration {
+		s := get(k, "")
+		if s == "" {
+			return def
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q is not a positive duration like 90s or 30m", k, s))
+		}
+		return d
+	}
+
+	c := Config{
+		TemporalAddress:   get("TEMPORAL_ADDRESS", ""),
+		TemporalNamespace: get("TEMPORAL_NAMESPACE", "default"),
+		TemporalBin:       get("AGENTBOT_TEMPORAL_BIN", ""),
+		TemporalUIPort:    int(num("AGENTBOT_TEMPORAL_UI_PORT", 0)),
+		StateDir:          get("AGENTBOT_STATE_DIR", defaultStateDir(env)),
+		OpenAIBaseURL:     get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+		OpenAIAPIKey:      get("OPENAI_API_KEY", ""),
+		Model:             get("AGENTBOT_MODEL", "gpt-4.1-mini"),
+		ModelAPI:          get("AGENTBOT_MODEL_API", "chat"),
+		ContextChars:      int(num("AGENTBOT_CONTEXT_CHARS", 300_000)),
+		DefaultBackend:    get("AGENTBOT_DEFAULT_BACKEND", "local"),
+		DockerImage:       get("AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest"),
+		DockerNetwork:     get("AGENTBOT_DOCKER_NETWORK", "none"),
+		DockerMemory:      num("AGENTBOT_DOCKER_MEMORY_MB", 1024) << 20,
+		DockerPids:        num("AGENTBOT_DOCKER_PIDS", 512),
+		MaxSteps:          int(num("AGENTBOT_MAX_STEPS", 24)),
+		IdleTimeout:       dur("AGENTBOT_IDLE_TIMEOUT", 30*time.Minute),
+		ToolTimeout:       dur("AGENTBOT_TOOL_TIMEOUT", 2*time.Minute),
+		RedisURL:          get("REDIS_URL", ""),
+	}
+	if s := get("AGENTBOT_DOCKER_CPUS", "1"); s != "" {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f <= 0 {
+			errs = append(errs, fmt.Errorf("AGENTBOT_DOCKER_CPUS=%q is not a positive number", s))
+		}
+		c.DockerCPUs = f
+	}
+	if s := get("AGENTBOT_BACKENDS", ""); s != "" {
+		for _, b := range strings.Split(s, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				c.Backends = append(c.Backends, b)
+			}
+		}
+	}
+	c.BlobURL = get("AGENTBOT_BLOB_URL", "file://"+filepath.Join(c.StateDir, "blobs"))
+	c.LocalDir = get("AGENTBOT_LOCAL_DIR", filepath.Join(c.StateDir, "sandboxes"))
+	if err := c.LogLevel.UnmarshalText([]byte(get("AGENTBOT_LOG_LEVEL", "info"))); err != nil {
+		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_LEVEL: %v", err))
+	}
+	if c.OpenAIAPIKey != "" {
+		c.Secrets = append(c.Secrets, c.OpenAIAPIKey)
+	}
+	errs = append(errs, c.Validate())
+	return c, errors.Join(errs...)
+}
+
+// Validate checks the values and says what is wrong with each.
+func (c Config) Validate() error {
+	var errs []error
+	if !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("state dir %q must be an absolute path", c.StateDir))
+	}
+	if c.ModelAPI != "chat" && c.ModelAPI != "responses" {
+		errs = append(errs, fmt.Errorf("model API %q: want chat or responses", c.ModelAPI))
+	}
+	if c.OpenAIBaseURL != "fake" {
+		if u, err := url.Parse(c.OpenAIBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("OPENAI_BASE_URL %q is not an http(s) URL", c.OpenAIBaseURL))
+		}
+	}
+	if c.Model == "" {
+		errs = append(errs, errors.New("model name is empty"))
+	}
+	if c.MaxSteps < 1 || c.MaxSteps > 200 {
+		errs = append(errs, fmt.Errorf("max steps %d: want 1 to 200", c.MaxSteps))
+	}
+	if c.ContextChars < 10_000 {
+		errs = append(errs, fmt.Errorf("context budget %d characters is too small (at least 10000)", c.ContextChars))
+	}
+	if len(c.Backends) > 0 && !slices.Contains(c.Backends, c.DefaultBackend) {
+		errs = append(errs, fmt.Errorf("default backend %q is not among the enabled backends %v", c.DefaultBackend, c.Backends))
+	}
+	if c.RedisURL != "" {
+		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			errs = append(errs, fmt.Errorf("REDIS_URL %q: want redis:// or rediss://", c.RedisURL))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Enabled reports whether backend name may be registered.
+func (c Config) Enabled(name string) bool {
+	return len(c.Backends) == 0 || slices.Contains(c.Backends, name)
+}
+
+func defaultStateDir(env map[string]string) string {
+	if d := env["XDG_STATE_HOME"]; d != "" {
+		return filepath.Join(d, "agentbot")
+	}
+	home := env["HOME"]
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, ".local", "state", "agentbot")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Table renders Vars as an aligned table for --help.
+func Table() string {
+	var b strings.Builder
+	for _, v := range Vars {
+		fmt.Fprintf(&b, "  %-26s %s\n  %-26s   default: %s\n", v.Name, v.Help, "", v.Default)
+	}
+	return b.String()
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# test.sh is agentbot's one test command: it prepares this machine (tools,
+# the sandbox test image), runs the static checks, then every test with the
+# race detector against the real services (Temporal dev server, Docker).
+# Usage: scripts/test.sh [go test flags...]   e.g. scripts/test.sh -run TestSession ./agentflow/
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+"$root/scripts/setup.sh" --test
+export PATH="$root/.bin:$PATH"
+export AGENTBOT_TEMPORAL_BIN="$root/.bin/temporal"
+[[ -x "$AGENTBOT_TEMPORAL_BIN" ]] || AGENTBOT_TEMPORAL_BIN="$(command -v temporal)"
+
+echo "== static checks" >&2
+unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.bin/*'))"
+if [[ -n "$unformatted" ]]; then
+	echo "gofmt: these files need formatting:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+staticcheck ./...
+workflowcheck ./agentflow/...
+
+echo "== tests" >&2
+if (($# == 0)); then
+	set -- ./...
+fi
+go test -race -count=1 -timeout 30m "$@"
