@@ -266,9 +266,14 @@ func (w *agent) run(ctx workflow.Context) error {
 	return workflow.Await(ctx, func() bool { return w.outboxIdle() && workflow.AllHandlersFinished(ctx) })
 }
 
-// acquire waits until the session is free and takes it for what.
+// acquire waits until the session is free and takes it for what. Except
+// for destroy, it also waits for the messages queued before it to be
+// answered, so that a switch or fork typed after a message applies after
+// that message's turn.
 func (w *agent) acquire(ctx workflow.Context, what string) error {
-	if err := workflow.Await(ctx, func() bool { return w.busy == "" || w.Destroyed }); err != nil {
+	if err := workflow.Await(ctx, func() bool {
+		return w.Destroyed || (w.busy == "" && (len(w.Queue) == 0 || what == "destroy"))
+	}); err != nil {
 		return err
 	}
 	if err := w.alive(); err != nil && what != "destroy" {
@@ -538,7 +543,20 @@ func (w *agent) view() SessionView {
 func (w *agent) entry() SessionEntry {
 	return SessionEntry{
 		ThreadKey: w.ThreadKey, WorkflowID: w.workflowID, Title: w.Title, Backend: w.Backend,
-		Parent: w.Parent, Requester: w.Requester, Created: w.Created, Status: w.status(), Forks: w.Forks,
+		Parent: w.Parent, Requester: w.Requester, Created: w.Created, Status: w.registryStatus(), Forks: w.Forks,
+	}
+}
+
+// registryStatus is the status the session manager records: whether the
+// session lives, rests or is gone, not what it is doing this second.
+func (w *agent) registryStatus() SessionStatus {
+	switch {
+	case w.Destroyed:
+		return StatusDestroyed
+	case w.Paused:
+		return StatusPaused
+	default:
+		return StatusIdle
 	}
 }
 
@@ -727,10 +745,6 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		}
 	}
 	res.Answer = preview(answer, MaxResultAnswer)
-	w.progress(ctx, turn, res.Status, true)
-	if !w.destroying {
-		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status})
-	}
 	// Keep the workspace recoverable: losing the sandbox between turns
 	// costs at most this turn's changes.
 	if w.Dirty && w.Sandbox != nil && w.SandboxUp && !w.destroying {
@@ -738,7 +752,12 @@ func (w *agent) runTurn(ctx workflow.Context) {
 			w.logger.Warn("snapshot after turn failed", "turn", turn, "error", err)
 		}
 	}
+	res.Delivered = w.destroying
 	w.addResult(res, userText)
+	w.progress(ctx, turn, res.Status, true)
+	if !w.destroying {
+		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status})
+	}
 }
 
 // runTools runs the calls of one model step in order and returns their
@@ -840,6 +859,11 @@ func (w *agent) startOutbox(ctx workflow.Context) {
 			var a *Activities
 			if err := workflow.ExecuteActivity(deliverCtx(ctx), a.Deliver, m).Get(ctx, nil); err != nil {
 				w.logger.Warn("chat delivery failed", "key", m.Key, "error", err)
+			}
+			if m.Kind == OutboundAnswer {
+				if r := w.result(m.Turn); r != nil {
+					r.Delivered = true
+				}
 			}
 			if m.Kind == OutboundProgress {
 				if m.Final {

@@ -226,6 +226,9 @@ type TurnResult struct {
 	Steps int       `json:"steps"`
 	// MessageIDs are the messages this turn answered.
 	MessageIDs []string `json:"message_ids,omitempty"`
+	// Delivered says the answer was handed to the chat (or delivering it
+	// failed for good): the turn is over for the people in the thread.
+	Delivered bool `json:"delivered,omitempty"`
 }
 
 // MaxResultAnswer bounds TurnResult.Answer.

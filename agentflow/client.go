@@ -70,7 +70,8 @@ func (c *Client) Send(ctx context.Context, start AgentInput, m MessageRequest) (
 }
 
 // Wait waits until the turn that handles message id of the thread's session
-// has finished and returns what it gave. It polls QueryMessage (update
+// has finished and its answer was delivered to the chat, and returns what
+// it gave. It polls QueryMessage (update
 // handlers never block on turns); ctx bounds the wait.
 func (c *Client) Wait(ctx context.Context, threadKey, id string) (MessageResult, error) {
 	delay := 20 * time.Millisecond
@@ -87,7 +88,7 @@ func (c *Client) Wait(ctx context.Context, threadKey, id string) (MessageResult,
 		if err := resp.Get(&res); err != nil {
 			return res, err
 		}
-		if res.Result != nil || (res.Turn > 0 && res.Queued == 0 && !c.turnRunning(ctx, threadKey, res.Turn)) {
+		if (res.Result != nil && res.Result.Delivered) || (res.Result == nil && res.Turn > 0 && !c.turnRunning(ctx, threadKey, res.Turn)) {
 			return res, nil
 		}
 		select {

@@ -39,9 +39,10 @@ type Chat struct {
 	// embedded default, where the worker runs in-process).
 	PrintAnswers bool
 
-	mu     sync.Mutex
-	seq    int
-	thread string
+	mu       sync.Mutex
+	seq      int
+	thread   string
+	inflight sync.WaitGroup // messages sent and not yet answered
 }
 
 // Run reads lines until In ends, ctx is done or "/quit", and waits for the
@@ -86,8 +87,10 @@ func (c *Chat) Run(ctx context.Context) error {
 			}
 			thread, id := c.next()
 			turns.Add(1)
+			c.inflight.Add(1)
 			go func() {
 				defer turns.Done()
+				defer c.inflight.Done()
 				c.send(ctx, thread, id, line)
 			}()
 		}
@@ -151,6 +154,14 @@ func (c *Chat) command(ctx context.Context, line string) bool {
 	if err != nil {
 		c.printf("! %v\n", err)
 		return false
+	}
+	switch cmd.Verb {
+	case bot.VerbStop, bot.VerbStatus, bot.VerbList, bot.VerbHelp, bot.VerbBackends:
+		// These answer at once, even while a turn runs.
+	default:
+		// What changes the session applies after the messages typed
+		// before it, as a person reading the terminal expects.
+		c.inflight.Wait()
 	}
 	c.mu.Lock()
 	thread := c.thread
