@@ -339,6 +339,8 @@ func (w *agent) messageResult(id string) MessageResult {
 	if r := w.result(s.Turn); r != nil {
 		cp := *r
 		res.Result = &cp
+	} else if s.Turn < w.Turn || w.busy != "turn" {
+		res.Forgotten = true
 	}
 	return res
 }
@@ -778,13 +780,16 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 		}
 		st.State = "running"
 		w.progress(ctx, turn, TurnRunning, false)
-		var a *Activities
-		var r ToolResult
-		actCtx := toolCtx(turnCtx, c.Name, w.Options.ToolTimeout)
-		err := workflow.ExecuteActivity(actCtx, a.RunTool, ToolInput{
-			SessionID: w.workflowID, Turn: turn, Step: step, State: *w.Sandbox, Call: c,
-			DefaultTimeout: w.Options.ToolTimeout,
-		}).Get(turnCtx, &r)
+		r, err := w.runTool(turnCtx, turn, step, c)
+		if gone(err) && turnCtx.Err() == nil {
+			// The sandbox vanished between turns (the call never reached
+			// it: attaching failed). Recreate it from the last snapshot,
+			// tell the user, and run the call there.
+			w.SandboxUp = false
+			if uerr := w.ensureUp(turnCtx); uerr == nil {
+				r, err = w.runTool(turnCtx, turn, step, c)
+			}
+		}
 		if c.Name != "read_file" {
 			w.Dirty = true
 		}
@@ -796,8 +801,7 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 		case err != nil:
 			st.State, st.Detail = "failed", userError(err)
 			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "the tool could not run: " + userError(err)})
-			var appErr *temporal.ApplicationError
-			if errors.As(err, &appErr) && appErr.Type() == errTypeSandboxGone {
+			if gone(err) {
 				w.SandboxUp = false
 			}
 			continue
@@ -812,6 +816,22 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 	}
 	w.progress(ctx, turn, TurnRunning, false)
 	return out
+}
+
+func (w *agent) runTool(turnCtx workflow.Context, turn, step int, c ToolCall) (ToolResult, error) {
+	var a *Activities
+	var r ToolResult
+	err := workflow.ExecuteActivity(toolCtx(turnCtx, c.Name, w.Options.ToolTimeout), a.RunTool, ToolInput{
+		SessionID: w.workflowID, Turn: turn, Step: step, State: *w.Sandbox, Call: c,
+		DefaultTimeout: w.Options.ToolTimeout,
+	}).Get(turnCtx, &r)
+	return r, err
+}
+
+// gone reports an activity error saying the sandbox no longer exists.
+func gone(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == errTypeSandboxGone
 }
 
 // progress queues an edit of the turn's progress message.
@@ -903,7 +923,7 @@ func combine(msgs []QueuedMessage) string {
 			b.WriteString("\n\n")
 		}
 		if m.Author != "" {
-			b.WriteString(m.Author + ": ")
+			b.WriteString(m.Author + " wrote:\n")
 		}
 		b.WriteString(m.Text)
 	}

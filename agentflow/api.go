@@ -195,6 +195,9 @@ type MessageResult struct {
 	// Queued counts the messages waiting, this one included, when it was
 	// accepted.
 	Queued int `json:"queued,omitempty"`
+	// Forgotten says the turn finished so long ago that its result is no
+	// longer kept (only the last few are).
+	Forgotten bool `json:"forgotten,omitempty"`
 	// Result is the turn's outcome once it has finished (for a duplicate
 	// of a handled message, or from QueryMessage).
 	Result *TurnResult `json:"result,omitempty"`

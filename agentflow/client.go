@@ -88,7 +88,7 @@ func (c *Client) Wait(ctx context.Context, threadKey, id string) (MessageResult,
 		if err := resp.Get(&res); err != nil {
 			return res, err
 		}
-		if (res.Result != nil && res.Result.Delivered) || (res.Result == nil && res.Turn > 0 && !c.turnRunning(ctx, threadKey, res.Turn)) {
+		if (res.Result != nil && res.Result.Delivered) || res.Forgotten {
 			return res, nil
 		}
 		select {
@@ -98,13 +98,6 @@ func (c *Client) Wait(ctx context.Context, threadKey, id string) (MessageResult,
 		}
 		delay = min(delay*2, 500*time.Millisecond)
 	}
-}
-
-// turnRunning reports whether turn is still the session's running turn (a
-// finished turn whose result was evicted from the bounded list is done).
-func (c *Client) turnRunning(ctx context.Context, threadKey string, turn int) bool {
-	v, err := c.State(ctx, threadKey)
-	return err != nil || (v.Turn == turn && v.Status == StatusRunning)
 }
 
 // SendAndWait is Send followed by Wait for the same message: for the

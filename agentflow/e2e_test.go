@@ -12,6 +12,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	dockerclient "github.com/docker/docker/client"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
@@ -388,3 +389,5 @@ func containerRunning(t *testing.T, r *rig, id string) bool {
 	}
 	return info.State.Running
 }
+
+var containerRemoveForce = container.RemoveOptions{Force: true, RemoveVolumes: true}

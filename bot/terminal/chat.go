@@ -85,13 +85,19 @@ func (c *Chat) Run(ctx context.Context) error {
 				}
 				continue
 			}
+			// Send in order (the update returns at once), then wait for
+			// the answer in the background so /stop stays typeable.
 			thread, id := c.next()
+			if _, err := c.Client.Send(ctx, c.start(thread), agentflow.MessageRequest{ID: id, Author: c.User, Text: line}); err != nil {
+				c.printf("[%s] ! %s\n", strings.TrimPrefix(thread, "term:"), sayError(err))
+				continue
+			}
 			turns.Add(1)
 			c.inflight.Add(1)
 			go func() {
 				defer turns.Done()
 				defer c.inflight.Done()
-				c.send(ctx, thread, id, line)
+				c.wait(ctx, thread, id)
 			}()
 		}
 	}
@@ -115,10 +121,12 @@ func (c *Chat) start(thread string) agentflow.AgentInput {
 		Title: strings.TrimPrefix(thread, "term:"), Options: c.Options}
 }
 
-func (c *Chat) send(ctx context.Context, thread, id, text string) {
-	res, err := c.Client.SendAndWait(ctx, c.start(thread), agentflow.MessageRequest{ID: id, Author: c.User, Text: text})
+func (c *Chat) wait(ctx context.Context, thread, id string) {
+	res, err := c.Client.Wait(ctx, thread, id)
 	if err != nil {
-		c.printf("[%s] ! %s\n", strings.TrimPrefix(thread, "term:"), sayError(err))
+		if ctx.Err() == nil {
+			c.printf("[%s] ! %s\n", strings.TrimPrefix(thread, "term:"), sayError(err))
+		}
 		return
 	}
 	if c.PrintAnswers && res.Result != nil {
