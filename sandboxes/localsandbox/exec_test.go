@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,10 +40,11 @@ func TestLocalExecEnv(t *testing.T) {
 		"FROM_SPEC": "spec",
 		"BOTH":      "spec",
 		"LANG":      "en_US.UTF-8", // the sandbox's Env wins over the defaults
+		MarkerEnv:   "from-the-spec",
 	}})
 	code, out, stderr, err := run(t, t.Context(), inst, sandboxes.ExecRequest{
 		Command: "env",
-		Env:     map[string]string{"FROM_REQ": "req", "BOTH": "req"},
+		Env:     map[string]string{"FROM_REQ": "req", "BOTH": "req", MarkerEnv: "from-the-request"},
 	})
 	if err != nil || code != 0 {
 		t.Fatalf("env: %d, %v, %s", code, err, stderr)
@@ -69,6 +71,17 @@ func TestLocalExecEnv(t *testing.T) {
 			t.Errorf("%s=%q, want %q", k, got[k], v)
 		}
 	}
+	// The marker is ours, whatever the environments say, and new for
+	// every Exec.
+	markRE := regexp.MustCompile("^" + regexp.QuoteMeta(inst.State().ID) + "/[0-9a-f]{16}$")
+	if !markRE.MatchString(got[MarkerEnv]) {
+		t.Errorf("%s=%q, want the sandbox's ID, a slash and a nonce", MarkerEnv, got[MarkerEnv])
+	}
+	_, again, _, err := run(t, t.Context(), inst, sandboxes.ExecRequest{Command: "printf %s \"$" + MarkerEnv + "\""})
+	if err != nil || !markRE.MatchString(again) || again == got[MarkerEnv] {
+		t.Errorf("a second Exec has %s=%q (%v), want another nonce than %q", MarkerEnv, again, err, got[MarkerEnv])
+	}
+	want[MarkerEnv] = got[MarkerEnv]
 	// What the shell sets itself is fine; nothing else may be there.
 	shellOwn := map[string]bool{"PWD": true, "OLDPWD": true, "SHLVL": true, "_": true}
 	for k := range got {

@@ -139,15 +139,21 @@ func (t *tracker) usableLocked(id string) error {
 //
 // The environment is exactly PATH (a standard default), HOME (the
 // workspace), LANG=C.UTF-8 and TERM=dumb, then the sandbox's Env, then
-// req.Env; nothing of the host's environment is inherited. The shell runs
-// in a process group of its own. When ctx is done the whole group is
-// killed with SIGKILL and Exec returns ctx.Err(). Processes the command
-// leaves running in its group (background jobs) outlive it, as in a
-// container, until Stop or Destroy kill them; their output after the shell
-// has exited (and waitDelay has passed) is discarded, so they can never
-// keep Exec from returning. A shell killed by a signal other than ours
-// gives 128 plus the signal number, as shells report it; a command killed
-// by Stop or Destroy gives an error matching sandboxes.ErrStopped.
+// req.Env; nothing of the host's environment is inherited. Last comes
+// MarkerEnv, set to "<sandbox id>/<a nonce new for this Exec>" whatever
+// the other environments say.
+//
+// The shell runs in a process group of its own. When ctx is done, Exec
+// kills with SIGKILL that whole group and every process still carrying
+// this Exec's marker (see reap: they are frozen first, and looked for
+// again until none is left), which catches those that left the group
+// (setsid, double-forking daemons); then it returns ctx.Err(). Processes
+// the command leaves running (background jobs, daemons) outlive it, as in
+// a container, until Stop or Destroy kill them; their output after the
+// shell has exited (and waitDelay has passed) is discarded, so they can
+// never keep Exec from returning. A shell killed by a signal other than
+// ours gives 128 plus the signal number, as shells report it; a command
+// killed by Stop or Destroy gives an error matching sandboxes.ErrStopped.
 func (in *instance) Exec(ctx context.Context, req sandboxes.ExecRequest, stdout, stderr io.Writer) (int, error) {
 	if err := in.usable(ctx); err != nil {
 		return -1, err
@@ -170,12 +176,13 @@ func (in *instance) Exec(ctx context.Context, req sandboxes.ExecRequest, stdout,
 		return -1, fmt.Errorf("creating pipes: %w", err)
 	}
 
+	mark := marker(in.st.ID, randHex(8))
 	cmd := exec.CommandContext(ctx, shell, "-c", req.Command)
 	cmd.Dir = dir
-	cmd.Env = in.environ(req.Env)
+	cmd.Env = in.environ(req.Env, mark)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	cmd.Cancel = func() error { return reap([]int{cmd.Process.Pid}, exactMarker(mark)) }
 	cmd.WaitDelay = waitDelay
 
 	c, err := in.t.start(in.st.ID, cmd)
@@ -286,10 +293,15 @@ func (t *tracker) watch(pgid int, quit chan struct{}) {
 	}
 }
 
-// kill kills every process group of the sandbox and waits, until ctx is
-// done, for the Execs running them to return. gone marks the sandbox
-// destroyed, else stopped.
-func (t *tracker) kill(ctx context.Context, gone bool) error {
+// kill kills every process of sandbox id: the process groups of its
+// commands, running or left running, and every process of this user that
+// carries the sandbox's marker (see reap), whoever started it, this
+// process or an earlier one. Then it waits, until ctx is done, for the
+// Execs running here to return. gone marks the sandbox destroyed, else
+// stopped. It holds the lock throughout, so that no Attach and Exec
+// through this Backend can start a command meanwhile that the scan would
+// kill.
+func (t *tracker) kill(ctx context.Context, id string, gone bool) error {
 	t.mu.Lock()
 	if gone {
 		t.gone = true
@@ -297,16 +309,18 @@ func (t *tracker) kill(ctx context.Context, gone bool) error {
 		t.stopped = true
 	}
 	var waits []chan struct{}
+	var pgids []int
 	for c := range t.running {
 		c.killed.Store(true)
-		killGroup(c.pgid)
+		pgids = append(pgids, c.pgid)
 		waits = append(waits, c.done)
 	}
 	for pgid, quit := range t.lingering {
-		killGroup(pgid)
+		pgids = append(pgids, pgid)
 		close(quit)
 		delete(t.lingering, pgid)
 	}
+	reap(pgids, sandboxMarker(id))
 	t.mu.Unlock()
 	for _, done := range waits {
 		select {
@@ -316,14 +330,6 @@ func (t *tracker) kill(ctx context.Context, gone bool) error {
 		}
 	}
 	return nil
-}
-
-func killGroup(pgid int) error {
-	err := syscall.Kill(-pgid, syscall.SIGKILL)
-	if errors.Is(err, syscall.ESRCH) {
-		return os.ErrProcessDone
-	}
-	return err
 }
 
 func groupAlive(pgid int) bool {
@@ -371,8 +377,8 @@ func (d *drain) detach() error {
 }
 
 // environ builds a command's environment from nothing but the defaults,
-// the sandbox's Env and the request's.
-func (in *instance) environ(reqEnv map[string]string) []string {
+// the sandbox's Env and the request's, and sets MarkerEnv to mark.
+func (in *instance) environ(reqEnv map[string]string, mark string) []string {
 	env := map[string]string{
 		"PATH": defaultPath,
 		"HOME": in.st.Root,
@@ -381,6 +387,7 @@ func (in *instance) environ(reqEnv map[string]string) []string {
 	}
 	maps.Copy(env, in.st.Env)
 	maps.Copy(env, reqEnv)
+	env[MarkerEnv] = mark
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k])
@@ -588,12 +595,14 @@ func (c ctxReader) Read(p []byte) (int, error) {
 
 // Stop kills every command of the sandbox started through the same
 // *Backend, by any instance of it (their whole process groups, background
-// jobs included), and waits, until ctx is done, for their Execs to return.
-// Files are kept. Until the sandbox is attached again through that
+// jobs included), and every process of this user carrying the sandbox's
+// MarkerEnv, even one started by another process (see the package
+// documentation for what escapes), and waits, until ctx is done, for the
+// Execs running here to return. Files are kept. Until the sandbox is attached again through that
 // Backend, the methods of its instances other than State, Stop and Destroy
 // return sandboxes.ErrStopped. Stopping a stopped sandbox is not an error.
 func (in *instance) Stop(ctx context.Context) error {
-	return in.t.kill(ctx, false)
+	return in.t.kill(ctx, in.st.ID, false)
 }
 
 // Destroy kills the sandbox's commands (as Stop) and deletes its directory
@@ -603,7 +612,7 @@ func (in *instance) Stop(ctx context.Context) error {
 func (in *instance) Destroy(ctx context.Context) error {
 	// Kill first even when the sandbox is gone (destroyed by another
 	// process): our commands in it have nowhere left to run.
-	if err := in.t.kill(ctx, true); err != nil {
+	if err := in.t.kill(ctx, in.st.ID, true); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(filepath.Join(in.dir, metaFile)); errors.Is(err, fs.ErrNotExist) {

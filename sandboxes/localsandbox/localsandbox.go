@@ -21,10 +21,28 @@
 // that Archive leaves out. Restore still replaces the workspace's contents,
 // as the contract of sandboxes.Instance says.
 //
-// Running commands are tracked per sandbox by the *Backend that started
-// them, so Stop and Destroy kill the commands started through the same
-// *Backend value (in this process), including the background jobs they left
-// running, as long as those stay in the command's process group.
+// # Processes
+//
+// Every command runs in a process group of its own, and with the
+// environment variable AGENTBOT_SANDBOX (MarkerEnv) set to
+// "<sandbox id>/<exec nonce>", a value new for every Exec; it marks every
+// process the command starts, since children inherit it, and it is not a
+// secret. When an Exec's context is done, its process group and every
+// process of this user still carrying its marker are killed (frozen with
+// SIGSTOP first, then killed with SIGKILL, looking again until none is
+// left), so processes that left the group (setsid, double-forking daemons)
+// die with it. Stop and Destroy kill the process groups of the commands the
+// same *Backend value started (in this process) and every process of this
+// user whose marker names the sandbox, whichever process started it.
+//
+// This is a best effort, not containment. The marker is found by reading
+// /proc/<pid>/environ, on Linux only; elsewhere only process groups are
+// killed. A process that clears its environment (env -i), drops or
+// rewrites the marker, or overwrites its environment in memory, and leaves
+// the command's process group (setsid, a double fork) as well, still
+// escapes and keeps running on the host; so does one that runs as another
+// user (sudo, setuid programs). The local backend is not isolated: use the
+// docker backend for isolation.
 package localsandbox
 
 import (

@@ -177,19 +177,29 @@ func (s *suite) testTimeout(t *testing.T) {
 	}
 }
 
+// treeCommand starts two background children of the shell, prints their
+// IDs on one line and waits for them: one stays in the command's process
+// group (killing the shell alone leaves it running), the other leaves the
+// session with setsid (killing the process group leaves it running). The
+// command fails at once when the sandbox has no setsid.
+var treeCommand = fmt.Sprintf(`command -v setsid >/dev/null || { echo "no setsid in the sandbox" >&2; exit 127; }
+%[1]s & a=$!
+setsid %[1]s & echo "$a $!"
+wait`, sleeper)
+
 func (s *suite) testTimeoutKillsTree(t *testing.T) {
 	ctx := testContext(t)
 	sb := s.newSandbox(t)
-	// A background grandchild: killing the shell alone leaves it running.
 	start := time.Now()
-	res, err := sb.Exec(ctx, sandboxes.ExecRequest{Command: "sleep 300 & echo $!; wait", Timeout: time.Second})
+	res, err := sb.Exec(ctx, sandboxes.ExecRequest{Command: treeCommand, Timeout: time.Second})
 	if took := time.Since(start); took > killBound {
 		t.Fatalf("returned after %s", took)
 	}
 	if !errors.Is(err, sandboxes.ErrTimeout) || !res.TimedOut {
-		t.Fatalf("got TimedOut %v, error %v; want a timeout", res.TimedOut, err)
+		t.Fatalf("got TimedOut %v, error %v, stderr %q; want a timeout", res.TimedOut, err, res.Stderr.String())
 	}
-	waitGone(t, ctx, sb, parsePID(t, res.Stdout.String()))
+	pids := parsePIDs(t, res.Stdout.String(), 2)
+	waitGone(t, ctx, sb, pids...)
 }
 
 func (s *suite) testCancel(t *testing.T) {
@@ -204,7 +214,7 @@ func (s *suite) testCancel(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := sb.Exec(cctx, sandboxes.ExecRequest{Command: "sleep 300 & echo $!; wait", Stdout: pidLine})
+		res, err := sb.Exec(cctx, sandboxes.ExecRequest{Command: treeCommand, Stdout: pidLine})
 		done <- result{res, err}
 	}()
 	var line string
@@ -215,6 +225,8 @@ func (s *suite) testCancel(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the command printed nothing within a minute")
 	}
+	pids := parsePIDs(t, line, 2)
+	checkDetached(t, ctx, sb, pids[0], pids[1])
 	cancel()
 	var r result
 	select {
@@ -231,7 +243,7 @@ func (s *suite) testCancel(t *testing.T) {
 	if r.res.ExitCode != -1 {
 		t.Errorf("exit code %d, want -1", r.res.ExitCode)
 	}
-	waitGone(t, ctx, sb, parsePID(t, line))
+	waitGone(t, ctx, sb, pids...)
 }
 
 func (s *suite) testOutputCap(t *testing.T) {
@@ -279,15 +291,23 @@ func checkCapped(t *testing.T, stream string, o sandboxes.Output, limit, total i
 	}
 }
 
-// parsePID reads the process ID a command printed as its first line.
-func parsePID(t *testing.T, out string) int {
+// parsePIDs reads the n process IDs a command printed on its first line.
+func parsePIDs(t *testing.T, out string, n int) []int {
 	t.Helper()
 	line, _, _ := strings.Cut(out, "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil || pid <= 0 {
-		t.Fatalf("the command was to print its background process's ID first, printed %q", out)
+	fields := strings.Fields(line)
+	if len(fields) != n {
+		t.Fatalf("the command was to print %d process IDs on its first line, printed %q", n, out)
 	}
-	return pid
+	pids := make([]int, n)
+	for i, f := range fields {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			t.Fatalf("the command was to print %d process IDs on its first line, printed %q", n, out)
+		}
+		pids[i] = pid
+	}
+	return pids
 }
 
 // lineWriter sends the first complete line written to it on first.

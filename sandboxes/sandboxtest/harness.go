@@ -7,13 +7,18 @@
 //
 // Run covers the exec contract (exit codes, separate streams, working
 // directory, environment without the host's, timeouts and cancellation that
-// kill the whole process tree, output caps), files (byte-exact round trips,
-// modes, paths and symbolic links that would leave the workspace),
-// snapshots (a round trip of every kind of entry, unportable entries left
-// out, unsafe and corrupt archives refused with the workspace untouched),
-// and the life cycle (attach from another process, concurrent exec, stop
-// and attach, destroy and NotFound). RunCross carries a workspace from one
-// backend to another and back.
+// kill the whole process tree, children detached with setsid included,
+// output caps), files (byte-exact round trips, modes, paths and symbolic
+// links that would leave the workspace), snapshots (a round trip of every
+// kind of entry, unportable entries left out, unsafe and corrupt archives
+// refused with the workspace untouched), and the life cycle (attach from
+// another process, concurrent exec, stop and attach, destroy and NotFound,
+// background processes, detached ones included, killed by Stop and
+// Destroy). RunCross carries a workspace from one backend to another and
+// back.
+//
+// The sandboxes must have, besides a POSIX shell, /proc and the usual
+// tools: sed, tr, head, kill, sleep and setsid (busybox has them all).
 //
 // Every subtest fails rather than skips: a backend under test that is not
 // available here is a failure. The attach test runs the test binary again

@@ -119,6 +119,9 @@ func (s *suite) testStopAttach(t *testing.T) {
 	ctx := testContext(t)
 	sb := s.newSandbox(t)
 	writeFile(t, ctx, sb, "survives/stop.txt", []byte("still here"), 0o600)
+	// Processes left running, one of them detached like a daemon: Stop
+	// kills them.
+	plain, detached := startSleepers(t, ctx, sb)
 	st := sb.State()
 	if err := sb.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
@@ -139,6 +142,7 @@ func (s *suite) testStopAttach(t *testing.T) {
 	if got := sh(t, ctx, again, "echo alive"); got != "alive\n" {
 		t.Errorf("exec after attach: %q", got)
 	}
+	waitGone(t, ctx, again, plain, detached)
 	// Attaching to a running sandbox works too.
 	third, err := s.reg.Attach(ctx, again.State())
 	if err != nil {
@@ -153,6 +157,7 @@ func (s *suite) testDestroy(t *testing.T) {
 	ctx := testContext(t)
 	sb := s.newSandbox(t)
 	writeFile(t, ctx, sb, "doomed.txt", []byte("x"), 0o644)
+	plain, detached := startSleepers(t, ctx, sb)
 	st := sb.State()
 	if !s.h.Exists(ctx, t, st) {
 		t.Fatalf("Harness.Exists says sandbox %s does not exist before Destroy", st.ID)
@@ -163,6 +168,11 @@ func (s *suite) testDestroy(t *testing.T) {
 	if s.h.Exists(ctx, t, st) {
 		t.Errorf("sandbox %s is left after Destroy", st.ID)
 	}
+	// What the sandbox left running must not run on: seen from another
+	// sandbox of the backend, it is gone. Where sandboxes do not share
+	// processes (containers, VMs) this holds at once; where they do (the
+	// local backend, on the host), Destroy must have killed them.
+	waitGone(t, ctx, s.newSandbox(t), plain, detached)
 	checkNotFound := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, sandboxes.ErrNotFound) {

@@ -213,28 +213,74 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// pidAlive is a command that exits 0 when the process pid is alive. A
-// zombie counts as gone: it was killed, only its parent has not reaped it.
+// sleeper is the command line of the processes the suite leaves for a
+// backend to kill. Checks match it, so that a process that took the same
+// ID later (in a restarted container, say) is not taken for it.
+const sleeper = "sleep 300"
+
+// pidAlive is a command that exits 0 when the process pid is alive and
+// runs sleeper. A zombie counts as gone: it was killed, only its parent has
+// not reaped it.
 func pidAlive(pid int) string {
-	return fmt.Sprintf(`kill -0 %d 2>/dev/null || exit 1
-s=$(sed -n 's/^.*) \(.\).*$/\1/p' /proc/%d/stat 2>/dev/null)
-[ "$s" != Z ]`, pid, pid)
+	return fmt.Sprintf(`kill -0 %[1]d 2>/dev/null || exit 1
+s=$(sed -n 's/^.*) \(.\).*$/\1/p' /proc/%[1]d/stat 2>/dev/null)
+[ "$s" != Z ] || exit 1
+c=$(tr '\0' ' ' </proc/%[1]d/cmdline 2>/dev/null)
+[ "$c" = %[2]s ]`, pid, shellQuote(sleeper+" "))
 }
 
-// waitGone fails the test unless process pid disappears from sb within
-// goneBound.
-func waitGone(t *testing.T, ctx context.Context, sb *sandboxes.Sandbox, pid int) {
+// waitGone fails the test unless every process of pids disappears from sb
+// within goneBound.
+func waitGone(t *testing.T, ctx context.Context, sb *sandboxes.Sandbox, pids ...int) {
 	t.Helper()
 	deadline := time.Now().Add(goneBound)
-	for {
-		if exitCode(t, ctx, sb, pidAlive(pid)) != 0 {
-			return
+	for _, pid := range pids {
+		for exitCode(t, ctx, sb, pidAlive(pid)) == 0 {
+			if time.Now().After(deadline) {
+				st, _ := sb.Exec(ctx, sandboxes.ExecRequest{Command: fmt.Sprintf("head -n 7 /proc/%d/status 2>&1", pid)})
+				t.Fatalf("process %d (%s) is still alive %s after it was to be killed\n%s",
+					pid, sleeper, goneBound, st.Stdout)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			st, _ := sb.Exec(ctx, sandboxes.ExecRequest{Command: fmt.Sprintf("head -n 7 /proc/%d/status 2>&1", pid)})
-			t.Fatalf("process %d is still alive %s after its command was killed: the process tree was not killed\n%s",
-				pid, goneBound, st.Stdout)
+	}
+}
+
+// startSleepers starts two background processes in sb and returns their
+// IDs once both run: one left in the command's process group and session,
+// and one detached into a session of its own with setsid, as a daemon
+// does. Their output goes nowhere, so the Exec returns at once.
+func startSleepers(t *testing.T, ctx context.Context, sb *sandboxes.Sandbox) (plain, detached int) {
+	t.Helper()
+	out := sh(t, ctx, sb, fmt.Sprintf(`%[1]s >/dev/null 2>&1 & a=$!
+setsid %[1]s >/dev/null 2>&1 & echo "$a $!"`, sleeper))
+	pids := parsePIDs(t, out, 2)
+	checkDetached(t, ctx, sb, pids[0], pids[1])
+	return pids[0], pids[1]
+}
+
+// checkDetached waits, up to goneBound, until the processes plain and
+// detached both run sleeper, and checks that detached is in a session
+// other than plain's: that setsid worked, so that the test is not void.
+func checkDetached(t *testing.T, ctx context.Context, sb *sandboxes.Sandbox, plain, detached int) {
+	t.Helper()
+	deadline := time.Now().Add(goneBound)
+	for _, pid := range []int{plain, detached} {
+		for exitCode(t, ctx, sb, pidAlive(pid)) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the background process %d is not running %q (the suite needs setsid in the sandbox, "+
+					"as busybox and util-linux have)", pid, sleeper)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
+	}
+	// Field 6 of /proc/PID/stat is the session; the name before it, in
+	// parentheses, may hold spaces.
+	out := sh(t, ctx, sb, fmt.Sprintf(`for p in %d %d; do
+	sed -n 's/^.*) [^ ]* [^ ]* [^ ]* \([0-9]*\) .*$/\1/p' /proc/$p/stat
+done`, plain, detached))
+	sids := strings.Fields(out)
+	if len(sids) != 2 || sids[0] == sids[1] {
+		t.Fatalf("sessions of the plain and the setsid background process: %q; want two different ones", out)
 	}
 }
