@@ -172,3 +172,10 @@ const (
 	DefaultExecTimeout = 2 * time.Minute
 	DefaultMaxOutput   = 64 << 10
 )
+
+// MarkerEnv is the environment variable a backend sets in every command it
+// runs, to "<sandbox id>/<nonce>", so that it can find the command's
+// processes that left its process group or session (setsid, double-forking
+// daemons) when the command times out or the sandbox stops. It is not a
+// secret; a process that clears its environment escapes it.
+const MarkerEnv = "AGENTBOT_SANDBOX"

@@ -54,6 +54,7 @@ exit $?`
 // /proc/PID/stat is parsed after the last ") " because the command name in
 // parentheses may hold spaces and parentheses.
 const killScript = `mark="` + execMarker + `$1"
+envmark="` + sandboxes.MarkerEnv + `=$2"
 self=$$
 p=
 for d in /proc/[0-9]*; do
@@ -66,20 +67,27 @@ for d in /proc/[0-9]*; do
 	p=$q
 	break
 done
-[ -n "$p" ] || exit 0
-kill -STOP "$p" 2>/dev/null
-seen=" $p "
+seen=" "
+if [ -n "$p" ]; then
+	kill -STOP "$p" 2>/dev/null
+	seen=" $p "
+fi
 more=1
 while [ -n "$more" ]; do
 	more=
 	for d in /proc/[0-9]*; do
 		q=${d#/proc/}
+		if [ "$q" = "$self" ] || [ "$q" = 1 ]; then continue; fi
 		case $seen in *" $q "*) continue ;; esac
 		read -r line 2>/dev/null <"$d/stat" || continue
 		set -- ${line##*) }
 		case $seen in
 		*" $2 "*) ;;
-		*) [ "$4" = "$p" ] || [ "$3" = "$p" ] || continue ;;
+		*)
+			if [ -z "$p" ] || { [ "$4" != "$p" ] && [ "$3" != "$p" ]; }; then
+				tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF -e "$envmark" || continue
+			fi
+			;;
 		esac
 		kill -STOP "$q" 2>/dev/null
 		seen="$seen$q "
@@ -123,8 +131,11 @@ func (s *sandbox) Exec(ctx context.Context, req sandboxes.ExecRequest, stdout, s
 			return -1, sandboxes.Invalidf("working directory %q is not a directory", req.Dir)
 		}
 	}
-	env := s.execEnv(req.Env)
 	token := randHex(12)
+	env := s.execEnv(req.Env)
+	// Set last, so no spec or request can replace it: it finds the
+	// command's processes that left its session (double-forked daemons).
+	env[sandboxes.MarkerEnv] = s.marker(token)
 	cmd := []string{"/bin/sh", "-c", wrapperScript, execMarker + token}
 	for _, k := range s.imageEnv {
 		if _, ours := env[k]; !ours {
@@ -256,7 +267,7 @@ func (s *sandbox) killTree(ctx context.Context, execID, token string) {
 	defer cancel()
 	start := time.Now()
 	for wait := 20 * time.Millisecond; kctx.Err() == nil; wait = min(wait*2, 500*time.Millisecond) {
-		_, _, _, err := s.run(kctx, s.user, killScript, token)
+		_, _, _, err := s.run(kctx, s.user, killScript, token, s.marker(token))
 		if errors.Is(err, sandboxes.ErrStopped) || errors.Is(err, sandboxes.ErrNotFound) {
 			return // paused, stopped or gone: nothing can run, nor kill
 		}
@@ -337,6 +348,18 @@ func (s *sandbox) execEnv(reqEnv map[string]string) map[string]string {
 	maps.Copy(env, s.state.Env)
 	maps.Copy(env, reqEnv)
 	return env
+}
+
+// marker is the value of sandboxes.MarkerEnv for one command.
+func (s *sandbox) marker(token string) string {
+	return shortID(s.id) + "/" + token
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 func envList(env map[string]string) []string {

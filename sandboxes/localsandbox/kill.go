@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/agentbot/agentbot/sandboxes"
 )
 
 // MarkerEnv is the environment variable that marks every process of a local
@@ -15,7 +17,7 @@ import (
 // processes that leave its process group (setsid, a double-forking daemon),
 // and the backend finds them by it in /proc/<pid>/environ: on Linux, for
 // processes of its own user. It is not a secret.
-const MarkerEnv = "AGENTBOT_SANDBOX"
+const MarkerEnv = sandboxes.MarkerEnv
 
 // Bounds of reap: how many times it freezes, kills and looks again, and how
 // many scans of /proc one freeze may take (each scan after the first only

@@ -177,14 +177,18 @@ func (s *suite) testTimeout(t *testing.T) {
 	}
 }
 
-// treeCommand starts two background children of the shell, prints their
-// IDs on one line and waits for them: one stays in the command's process
-// group (killing the shell alone leaves it running), the other leaves the
-// session with setsid (killing the process group leaves it running). The
-// command fails at once when the sandbox has no setsid.
+// treeCommand starts three background processes, prints their IDs on one
+// line and waits: one stays in the command's process group (killing the
+// shell alone leaves it running), one leaves the session with setsid
+// (killing the process group leaves it running), and one is a daemon that
+// double-forked out of a new session, so that it is nobody's child any more
+// (following descendants misses it). The command fails at once when the
+// sandbox has no setsid.
 var treeCommand = fmt.Sprintf(`command -v setsid >/dev/null || { echo "no setsid in the sandbox" >&2; exit 127; }
 %[1]s & a=$!
-setsid %[1]s & echo "$a $!"
+setsid %[1]s & b=$!
+c=$(setsid sh -c '%[1]s >/dev/null 2>&1 & echo $!')
+echo "$a $b $c"
 wait`, sleeper)
 
 func (s *suite) testTimeoutKillsTree(t *testing.T) {
@@ -198,7 +202,7 @@ func (s *suite) testTimeoutKillsTree(t *testing.T) {
 	if !errors.Is(err, sandboxes.ErrTimeout) || !res.TimedOut {
 		t.Fatalf("got TimedOut %v, error %v, stderr %q; want a timeout", res.TimedOut, err, res.Stderr.String())
 	}
-	pids := parsePIDs(t, res.Stdout.String(), 2)
+	pids := parsePIDs(t, res.Stdout.String(), 3)
 	waitGone(t, ctx, sb, pids...)
 }
 
@@ -225,7 +229,7 @@ func (s *suite) testCancel(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the command printed nothing within a minute")
 	}
-	pids := parsePIDs(t, line, 2)
+	pids := parsePIDs(t, line, 3)
 	checkDetached(t, ctx, sb, pids[0], pids[1])
 	cancel()
 	var r result
