@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"go.temporal.io/sdk/temporal"
@@ -43,6 +44,8 @@ type agent struct {
 	// only once the outbox is empty.
 	outbox  []Outbound
 	sending bool
+	// waiters counts handlers waiting in acquire.
+	waiters int
 	logger  log
 }
 
@@ -77,6 +80,7 @@ func newAgent(ctx workflow.Context, in AgentInput) *agent {
 		w.Transcript = TranscriptRef{Key: s.TranscriptKey}
 		w.SnapshotKey = s.SnapshotKey
 		w.Summaries = append([]TurnSummary(nil), s.Turns...)
+		w.Pending = append([]llm.Message(nil), s.Pending...)
 	}
 	return w
 }
@@ -197,7 +201,10 @@ func (w *agent) validateTitle(ctx workflow.Context, r TitleRequest) error {
 // cleanTitle strips control characters and checks the length.
 func cleanTitle(t string) (string, error) {
 	t = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
+		switch {
+		case unicode.Is(unicode.Bidi_Control, r):
+			return -1
+		case unicode.IsControl(r):
 			return ' '
 		}
 		return r
@@ -249,13 +256,15 @@ func (w *agent) run(ctx workflow.Context) error {
 		if w.runTurns >= w.Options.MaxTurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// Hand over only when nothing is in flight: no handler
 			// running, nothing left to send. Queued messages are carried
-			// over; a message arriving now starts no turn in this run.
+			// over — unless a handler waits for them to be answered (a
+			// switch after a message): then run that turn first.
 			if err := workflow.Await(ctx, func() bool {
-				return w.Destroyed || (w.busy == "" && w.outboxIdle() && workflow.AllHandlersFinished(ctx))
+				return w.Destroyed || (len(w.Queue) > 0 && w.waiters > 0) ||
+					(w.busy == "" && w.outboxIdle() && workflow.AllHandlersFinished(ctx))
 			}); err != nil {
 				return err
 			}
-			if !w.Destroyed {
+			if !w.Destroyed && !(len(w.Queue) > 0 && w.waiters > 0) {
 				carry := w.AgentState
 				return workflow.NewContinueAsNewError(ctx, AgentWorkflowName, AgentInput{
 					ThreadKey: w.ThreadKey, Options: w.Options, Carry: &carry,
@@ -267,13 +276,20 @@ func (w *agent) run(ctx workflow.Context) error {
 }
 
 // acquire waits until the session is free and takes it for what. Except
-// for destroy, it also waits for the messages queued before it to be
-// answered, so that a switch or fork typed after a message applies after
-// that message's turn.
+// for destroy, it also waits until the messages queued before it have been
+// taken by a turn, so that a switch or fork typed after a message applies
+// after that message's turn (messages sent later do not hold it up).
 func (w *agent) acquire(ctx workflow.Context, what string) error {
-	if err := workflow.Await(ctx, func() bool {
-		return w.Destroyed || (w.busy == "" && (len(w.Queue) == 0 || what == "destroy"))
-	}); err != nil {
+	upTo := w.MsgSeq
+	if what == "destroy" {
+		upTo = 0
+	}
+	w.waiters++
+	err := workflow.Await(ctx, func() bool {
+		return w.Destroyed || (w.busy == "" && w.DrainedSeq >= upTo)
+	})
+	w.waiters--
+	if err != nil {
 		return err
 	}
 	if err := w.alive(); err != nil && what != "destroy" {
@@ -312,7 +328,8 @@ func (w *agent) onMessage(ctx workflow.Context, m MessageRequest) (MessageResult
 		res.Duplicate = true
 		return res, nil
 	}
-	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx)})
+	w.MsgSeq++
+	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq})
 	w.Seen = append(w.Seen, SeenMessage{ID: m.ID})
 	if len(w.Seen) > maxSeen {
 		w.Seen = w.Seen[len(w.Seen)-maxSeen:]
@@ -364,7 +381,9 @@ func (w *agent) onStop(ctx workflow.Context, r StopRequest) (StopResult, error) 
 	// Answer once the turn has really ended: its activities were cancelled
 	// and waited for.
 	_ = workflow.Await(ctx, func() bool { return w.result(turn) != nil })
-	return StopResult{Stopped: true, Turn: turn, Queued: len(w.Queue)}, nil
+	res := w.result(turn)
+	stopped := res.Status == TurnStopped || res.Status == TurnCanceled
+	return StopResult{Stopped: stopped, Turn: turn, Queued: len(w.Queue)}, nil
 }
 
 func (w *agent) onPause(ctx workflow.Context, r PauseRequest) (SessionView, error) {
@@ -427,20 +446,15 @@ func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, e
 		res.Message = fmt.Sprintf("already on %s; nothing to do", w.Backend)
 		return res, nil
 	}
-	if w.Sandbox == nil {
-		// No sandbox yet (or it was destroyed): the next turn creates one
-		// on the new backend from the last snapshot, if any.
-		w.Backend, w.Root = r.Backend, r.Root
-		res.Changed = true
-		res.Message = fmt.Sprintf("switched %s → %s", res.From, res.To)
-		w.report(ctx, ManagerUpdateSwitch)
-		return res, nil
-	}
-	if err := w.ensureUp(ctx); err != nil {
-		return res, err
-	}
-	if err := w.snapshot(ctx); err != nil {
-		return res, fmt.Errorf("could not save the workspace; still on %s: %s", w.Backend, userError(err))
+	// With no sandbox yet, the new one is made now all the same: that
+	// checks the backend and root before the switch is recorded.
+	if w.Sandbox != nil {
+		if err := w.ensureUp(ctx); err != nil {
+			return res, err
+		}
+		if err := w.snapshot(ctx); err != nil {
+			return res, fmt.Errorf("could not save the workspace; still on %s: %s", w.Backend, userError(err))
+		}
 	}
 	var a *Activities
 	var ens EnsureSandboxResult
@@ -450,14 +464,13 @@ func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, e
 	if err != nil {
 		return res, fmt.Errorf("could not move to %s; still on %s: %s", r.Backend, w.Backend, userError(err))
 	}
-	old := *w.Sandbox
-	w.Sandbox, w.SandboxUp, w.Backend, w.Root = &ens.State, true, r.Backend, ens.State.Root
-	if r.Root == "" && r.Backend == "local" {
-		w.Root = ""
-	}
-	if err := workflow.ExecuteActivity(sandboxCtx(ctx, 5*time.Minute), a.DestroySandbox,
-		SandboxInput{State: old}).Get(ctx, nil); err != nil {
-		w.logger.Warn("destroying the old sandbox failed", "sandbox_id", old.ID, "error", err)
+	old := w.Sandbox
+	w.Sandbox, w.SandboxUp, w.Backend, w.Root, w.Paused = &ens.State, true, r.Backend, r.Root, false
+	if old != nil {
+		if err := workflow.ExecuteActivity(sandboxCtx(ctx, 5*time.Minute), a.DestroySandbox,
+			SandboxInput{State: *old}).Get(ctx, nil); err != nil {
+			w.logger.Warn("destroying the old sandbox failed", "sandbox_id", old.ID, "error", err)
+		}
 	}
 	res.Changed = true
 	res.Message = fmt.Sprintf("switched %s → %s; %d files came along", res.From, res.To, ens.Info.Files)
@@ -470,7 +483,10 @@ func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, e
 func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSeed, error) {
 	for _, rec := range w.ForkSeeds {
 		if rec.ForkThreadKey == r.ForkThreadKey {
-			return rec.Seed, nil
+			seed := rec.Seed
+			seed.Turns = append([]TurnSummary(nil), w.Summaries...)
+			seed.Pending = append([]llm.Message(nil), w.Pending...)
+			return seed, nil
 		}
 	}
 	if err := w.acquire(ctx, "fork"); err != nil {
@@ -484,7 +500,7 @@ func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSee
 	}
 	forkID := AgentWorkflowID(r.ForkThreadKey)
 	seed := ForkSeed{ParentTitle: w.Title, ParentBackend: w.Backend, Usage: w.Usage,
-		Turns: append([]TurnSummary(nil), w.Summaries...)}
+		Turns: append([]TurnSummary(nil), w.Summaries...), Pending: append([]llm.Message(nil), w.Pending...)}
 	var a *Activities
 	if w.SnapshotKey != "" {
 		dst := snapshotKey(forkID, 1)
@@ -503,7 +519,9 @@ func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSee
 	}
 	w.Forks++
 	seed.ForkNumber = w.Forks
-	w.ForkSeeds = append(w.ForkSeeds, ForkSeedRecord{ForkThreadKey: r.ForkThreadKey, Seed: seed})
+	rec := seed
+	rec.Turns, rec.Pending = nil, nil // keep the carried state small
+	w.ForkSeeds = append(w.ForkSeeds, ForkSeedRecord{ForkThreadKey: r.ForkThreadKey, Seed: rec})
 	if len(w.ForkSeeds) > maxForkSeeds {
 		w.ForkSeeds = w.ForkSeeds[1:]
 	}
@@ -588,7 +606,10 @@ func (w *agent) ensureUp(ctx workflow.Context) error {
 		return err
 	}
 	w.Sandbox, w.SandboxUp = &ens.State, true
-	w.Paused = false
+	if w.Paused {
+		w.Paused = false
+		w.report(ctx, ManagerUpdateSwitch)
+	}
 	if ens.Lost {
 		if ens.Restored {
 			w.notice("The sandbox was gone (expired or removed outside); I made a new one and restored the workspace from the last snapshot. Changes after that snapshot are lost.")
@@ -660,6 +681,9 @@ func (w *agent) runTurn(ctx workflow.Context) {
 
 	msgs := w.Queue
 	w.Queue = nil
+	if len(msgs) > 0 {
+		w.DrainedSeq = msgs[len(msgs)-1].Seq
+	}
 	w.Turn++
 	turn := w.Turn
 	res := TurnResult{Turn: turn, Status: TurnRunning}
@@ -677,7 +701,7 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	var failure error
 	stopped := func() bool { return turnCtx.Err() != nil }
 
-	if err := w.ensureUp(turnCtx); err != nil {
+	if err := w.ensureUp(turnCtx); err != nil && !stopped() {
 		failure = fmt.Errorf("the sandbox could not start: %s", userError(err))
 	}
 	appendMsgs := append(w.Pending, llm.Message{Role: llm.RoleUser, Content: userText})
@@ -703,17 +727,11 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		if len(out.ToolCalls) == 0 {
 			answer = out.Answer
 			res.Status = TurnDone
-			break
-		}
-		if step >= w.Options.MaxSteps {
-			// The model asked for tools even when told to answer: record
-			// that the calls did not run, and end the turn.
-			for _, c := range out.ToolCalls {
-				w.Pending = append(w.Pending, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID,
-					Content: "not run: the turn reached its step limit"})
+			if step >= w.Options.MaxSteps {
+				// The last step was asked to answer without tools.
+				res.Status = TurnStepCap
+				w.notice(fmt.Sprintf("(This turn reached its limit of %d steps, so the answer below may be unfinished. Say \"continue\" and I will go on.)", w.Options.MaxSteps))
 			}
-			res.Status = TurnStepCap
-			answer = Text{Inline: fmt.Sprintf("I reached the limit of %d steps for one turn without a final answer. Say \"continue\" and I will go on.", w.Options.MaxSteps)}
 			break
 		}
 		appendMsgs = w.runTools(ctx, turnCtx, turn, step, out.ToolCalls)
@@ -801,7 +819,9 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 		case err != nil:
 			st.State, st.Detail = "failed", userError(err)
 			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "the tool could not run: " + userError(err)})
-			if gone(err) {
+			var appErr *temporal.ApplicationError
+			if errors.As(err, &appErr) && (appErr.Type() == errTypeSandboxGone || appErr.Type() == errTypeSandboxLost) {
+				// The next turn recreates it from the last snapshot.
 				w.SandboxUp = false
 			}
 			continue

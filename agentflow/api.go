@@ -171,7 +171,7 @@ const (
 	// MaxMessageBytes is the largest user message accepted.
 	MaxMessageBytes = 32 << 10
 	// MaxQueuedMessages is how many messages may wait for the next turn.
-	MaxQueuedMessages = 50
+	MaxQueuedMessages = 20
 	// MaxTitleRunes is the longest title.
 	MaxTitleRunes = 100
 )
@@ -271,6 +271,9 @@ type ForkSeed struct {
 	ForkNumber int           `json:"fork_number"`
 	Usage      llm.Usage     `json:"usage"`
 	Turns      []TurnSummary `json:"turns,omitempty"`
+	// Pending are messages the parent had not yet written to its
+	// transcript (results of a stopped turn's tool calls).
+	Pending []llm.Message `json:"pending,omitempty"`
 }
 
 // TitleRequest is the argument of UpdateTitle.

@@ -33,7 +33,37 @@ func SessionManagerWorkflow(ctx workflow.Context, in ManagerInput) error {
 		return err
 	}
 	next := m.ManagerInput
+	next.Sessions = pruneDestroyed(next.Sessions, maxDestroyedKept)
 	return workflow.NewContinueAsNewError(ctx, SessionManagerWorkflowName, next)
+}
+
+// maxDestroyedKept bounds the destroyed sessions a registry remembers, so
+// that what continue-as-new carries stays small: live sessions are all
+// kept, destroyed ones only the newest.
+const maxDestroyedKept = 200
+
+// pruneDestroyed drops all but the newest keep destroyed entries; the
+// order of the rest is kept.
+func pruneDestroyed(sessions []SessionEntry, keep int) []SessionEntry {
+	destroyed := 0
+	for _, e := range sessions {
+		if e.Status == StatusDestroyed {
+			destroyed++
+		}
+	}
+	drop := destroyed - keep
+	if drop <= 0 {
+		return sessions
+	}
+	out := make([]SessionEntry, 0, len(sessions)-drop)
+	for _, e := range sessions { // oldest first: the first ones go
+		if e.Status == StatusDestroyed && drop > 0 {
+			drop--
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 type manager struct {

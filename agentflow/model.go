@@ -53,8 +53,13 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (ModelSte
 	}
 	reply := resp.Message
 	reply.Role = llm.RoleAssistant
-	if in.FinalOnly {
+	if in.FinalOnly && len(reply.ToolCalls) > 0 {
+		// No tools were offered; calls made anyway are dropped (they
+		// would need results) and said instead.
 		reply.ToolCalls = nil
+		if reply.Content == "" {
+			reply.Content = "(I wanted to run more tools, but this turn reached its step limit.)"
+		}
 	}
 	msgs = append(msgs, reply)
 

@@ -15,9 +15,11 @@ const (
 	errTypePermanent = "Permanent"
 	// errTypeSandboxGone: the sandbox was destroyed outside the session.
 	errTypeSandboxGone = "SandboxGone"
+	// errTypeSandboxLost: the sandbox vanished while a tool call ran in it.
+	errTypeSandboxLost = "SandboxLost"
 )
 
-var nonRetryable = []string{errTypePermanent, errTypeSandboxGone}
+var nonRetryable = []string{errTypePermanent, errTypeSandboxGone, errTypeSandboxLost}
 
 // modelCtx: model calls retry on transient errors (rate limits, 5xx) with
 // backoff; the activity heartbeats so a stop reaches it.

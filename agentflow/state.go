@@ -44,11 +44,16 @@ type AgentState struct {
 	Transcript TranscriptRef `json:"transcript"`
 	Pending    []llm.Message `json:"pending,omitempty"`
 
-	Queue     []QueuedMessage  `json:"queue,omitempty"`
-	Seen      []SeenMessage    `json:"seen,omitempty"`
-	Results   []TurnResult     `json:"results,omitempty"`
-	Summaries []TurnSummary    `json:"summaries,omitempty"`
-	ForkSeeds []ForkSeedRecord `json:"fork_seeds,omitempty"`
+	Queue []QueuedMessage `json:"queue,omitempty"`
+	// MsgSeq numbers queued messages; DrainedSeq is the highest number a
+	// turn has taken. A handler that must run after the messages sent
+	// before it waits for DrainedSeq to reach the MsgSeq it saw.
+	MsgSeq     int64            `json:"msg_seq,omitempty"`
+	DrainedSeq int64            `json:"drained_seq,omitempty"`
+	Seen       []SeenMessage    `json:"seen,omitempty"`
+	Results    []TurnResult     `json:"results,omitempty"`
+	Summaries  []TurnSummary    `json:"summaries,omitempty"`
+	ForkSeeds  []ForkSeedRecord `json:"fork_seeds,omitempty"`
 	// Notices are told to the user with the next answer ("the sandbox was
 	// lost and restored from the last snapshot").
 	Notices []string `json:"notices,omitempty"`
@@ -62,6 +67,7 @@ type QueuedMessage struct {
 	Author string    `json:"author,omitempty"`
 	Text   string    `json:"text"`
 	At     time.Time `json:"at"`
+	Seq    int64     `json:"seq"`
 }
 
 // SeenMessage remembers a message ID and the turn that handled it (0 while
@@ -88,7 +94,7 @@ type TranscriptRef struct {
 
 // Bounds of the lists in AgentState.
 const (
-	maxSeen      = 512
+	maxSeen      = 256
 	maxResults   = 16
 	maxSummaries = 20
 	maxForkSeeds = 16

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/agentbot/agentbot/agentflow/llm"
 	"github.com/agentbot/agentbot/sandboxes"
 )
@@ -102,7 +104,7 @@ func (a *Activities) RunTool(ctx context.Context, in ToolInput) (ToolResult, err
 		data, err := sb.ReadFile(ctx, p.Path, maxReadFile)
 		if err != nil {
 			if isSandboxFailure(err) {
-				return res, sandboxErr(err)
+				return res, lostErr(err)
 			}
 			res.Output = "error: " + err.Error()
 			res.Summary = "failed"
@@ -127,7 +129,7 @@ func (a *Activities) RunTool(ctx context.Context, in ToolInput) (ToolResult, err
 		res.Mutating = true
 		if err := sb.WriteFile(ctx, p.Path, []byte(*p.Content), 0o644); err != nil {
 			if isSandboxFailure(err) {
-				return res, sandboxErr(err)
+				return res, lostErr(err)
 			}
 			res.Output = "error: " + err.Error()
 			res.Summary = "failed"
@@ -192,7 +194,7 @@ func (a *Activities) shell(ctx context.Context, sb *sandboxes.Sandbox, in ToolIn
 		res.Output = "error: " + err.Error()
 		return res, nil
 	case err != nil:
-		return res, sandboxErr(err)
+		return res, lostErr(err)
 	}
 	var b strings.Builder
 	if out.TimedOut {
@@ -331,4 +333,14 @@ func redact(s string, secrets []string) string {
 		}
 	}
 	return s
+}
+
+// lostErr is sandboxErr for failures after the tool reached the sandbox: a
+// sandbox that vanished mid-call is SandboxLost, which the workflow does not
+// retry (the call may have run), unlike SandboxGone from attaching.
+func lostErr(err error) error {
+	if errors.Is(err, sandboxes.ErrNotFound) {
+		return temporal.NewNonRetryableApplicationError("the sandbox disappeared while the tool ran", errTypeSandboxLost, err)
+	}
+	return sandboxErr(err)
 }
