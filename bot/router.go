@@ -1,0 +1,465 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/store"
+)
+
+// Cache is what the router needs of the thread cache and event
+// de-duplication (store.RedisCache, store.MemoryCache). Errors mean the
+// cache is unavailable: the router then works from Temporal alone.
+type Cache interface {
+	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
+	GetThread(ctx context.Context, threadKey string) (store.ThreadEntry, bool, error)
+	PutThread(ctx context.Context, threadKey string, e store.ThreadEntry, ttl time.Duration) error
+	DeleteThread(ctx context.Context, threadKey string) error
+}
+
+// Router takes inbound events from every platform, checks them (seen
+// before? allowed?), finds the session of their thread, and makes one
+// Temporal call for each. It holds no session state: any bot replica can
+// take any event. Safe for concurrent use.
+type Router struct {
+	Sessions *agentflow.Client
+	Cache    Cache
+	Access   Access
+	// Backends are the backend names commands may name; DefaultBackend
+	// starts new sessions.
+	Backends       []string
+	DefaultBackend string
+	// Options are the settings of new sessions.
+	Options agentflow.AgentOptions
+	// WebUI is the Temporal Web UI's base URL (for status links); empty
+	// for none. Namespace is the Temporal namespace.
+	WebUI, Namespace string
+	Logger           *slog.Logger
+
+	mu    sync.Mutex
+	local map[string]time.Time // event IDs seen, while the cache is down
+}
+
+// Handle routes one event and answers through reply. It returns an error
+// only when reply itself fails; what goes wrong with the event is told to
+// the person (with an ID to find the log line) and logged.
+func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
+	if ev.ID != "" && !r.firstSeen(ctx, ev.Platform+":"+ev.ID) {
+		r.log().Debug("dropped a repeated event", "event_id", ev.ID, "thread", ev.ThreadKey)
+		return nil
+	}
+	if !r.Access.Allowed(ev) {
+		r.log().Info("refused an event from outside the allowlist", "user", ev.User, "channel", ev.Channel)
+		return reply.Reply(ctx, Response{Text: "Sorry — you are not on this bot's allowlist here, so I can't help with that.", Private: true})
+	}
+	resp, err := r.route(ctx, ev)
+	if err != nil {
+		resp = r.failure(ev, err)
+	}
+	if resp == nil {
+		return nil
+	}
+	return reply.Reply(ctx, *resp)
+}
+
+func (r *Router) route(ctx context.Context, ev Event) (*Response, error) {
+	switch ev.Kind {
+	case KindCommand:
+		return r.command(ctx, ev)
+	case KindMention:
+		if ev.ThreadKey == "" {
+			return r.message(ctx, ev, ev.NewThreadKey, true)
+		}
+		return r.message(ctx, ev, ev.ThreadKey, true)
+	case KindMessage:
+		if ev.ThreadKey == "" {
+			return nil, nil
+		}
+		return r.message(ctx, ev, ev.ThreadKey, false)
+	}
+	return nil, fmt.Errorf("unknown event kind %q", ev.Kind)
+}
+
+// message sends chat to the thread's session. A mention starts the session
+// if there is none; plain chat in a thread without a session is ignored.
+func (r *Router) message(ctx context.Context, ev Event, thread string, start bool) (*Response, error) {
+	if thread == "" {
+		return nil, errors.New("no thread for the message")
+	}
+	if strings.TrimSpace(ev.Text) == "" {
+		if start {
+			return &Response{Text: "Yes? Tell me what to do, or say `help`.", Private: true}, nil
+		}
+		return nil, nil
+	}
+	if !start {
+		entry, ok, err := r.lookup(ctx, thread)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, nil // not a session thread: people talking
+		}
+		if entry.Missing {
+			return nil, nil
+		}
+	}
+	in := r.newSession(ev, thread, "")
+	_, err := r.Sessions.Send(ctx, in, agentflow.MessageRequest{ID: ev.MessageID, Author: authorOf(ev), Text: ev.Text})
+	if err != nil {
+		return nil, err
+	}
+	r.remember(ctx, thread, store.ThreadEntry{WorkflowID: agentflow.AgentWorkflowID(thread), Title: in.Title,
+		Backend: in.Backend, Requester: in.Requester})
+	return nil, nil
+}
+
+func (r *Router) newSession(ev Event, thread, backend string) agentflow.AgentInput {
+	if backend == "" {
+		backend = r.DefaultBackend
+	}
+	return agentflow.AgentInput{ThreadKey: thread, Backend: backend, Requester: ev.User,
+		Title: titleFrom(ev.Text), Options: r.Options}
+}
+
+// titleFrom makes a session title of the first words of its first message.
+func titleFrom(text string) string {
+	t := strings.Join(strings.Fields(text), " ")
+	if t == "" {
+		return "new session"
+	}
+	if r := []rune(t); len(r) > 60 {
+		t = string(r[:57]) + "…"
+	}
+	return t
+}
+
+func authorOf(ev Event) string {
+	if ev.UserName != "" {
+		return ev.UserName
+	}
+	return ev.User
+}
+
+// command runs one command of the grammar.
+func (r *Router) command(ctx context.Context, ev Event) (*Response, error) {
+	cmd, err := Parse(ev.Text, r.Backends)
+	if err != nil {
+		return &Response{Text: err.Error(), Private: true}, nil
+	}
+	thread := ev.ThreadKey
+	needsSession := cmd.Verb != VerbHelp && cmd.Verb != VerbBackends && cmd.Verb != VerbNew && cmd.Verb != VerbList
+	if needsSession && thread == "" {
+		return &Response{Text: fmt.Sprintf("`%s` works inside a session's thread; there, say `@bot %s` or `!agent %s`.", cmd.Verb, cmd.Verb, cmd.Verb), Private: true}, nil
+	}
+	var entry store.ThreadEntry
+	if needsSession {
+		e, ok, err := r.lookup(ctx, thread)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || e.Missing {
+			return &Response{Text: "There is no session in this thread. Mention me with a task to start one.", Private: true}, nil
+		}
+		entry = e
+	}
+	if Controls(cmd.Verb) && !r.Access.CanControl(ev.User, entry.Requester) {
+		return &Response{Text: fmt.Sprintf("Only the person who started this session (or an admin) can use `%s` here.", cmd.Verb), Private: true}, nil
+	}
+	return r.dispatch(ctx, ev, thread, cmd)
+}
+
+func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Command) (*Response, error) {
+	cl := r.Sessions
+	switch cmd.Verb {
+	case VerbHelp:
+		if cmd.Topic != "" {
+			return &Response{Text: Usage(cmd.Topic), Private: true}, nil
+		}
+		return &Response{Text: Help(), Private: true}, nil
+	case VerbBackends:
+		return &Response{Text: "Backends: " + strings.Join(r.Backends, ", ") + ". Default: " + r.DefaultBackend + ".", Private: true}, nil
+	case VerbNew:
+		target := thread
+		if target == "" {
+			target = ev.NewThreadKey
+		}
+		if target == "" {
+			return nil, errors.New("no thread to start a session in")
+		}
+		in := r.newSession(ev, target, cmd.Backend)
+		if cmd.Title != "" {
+			in.Title = cmd.Title
+		}
+		v, err := cl.Start(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		r.remember(ctx, target, entryOf(v))
+		return &Response{Text: fmt.Sprintf("Session *%s* on `%s`. Tell me what to do.", v.Title, v.Backend), Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
+	case VerbSwitch:
+		res, err := cl.Switch(ctx, thread, agentflow.SwitchRequest{Backend: cmd.Backend, Root: cmd.Root, By: ev.User})
+		if err != nil {
+			return nil, err
+		}
+		r.forget(ctx, thread)
+		return &Response{Text: capitalize(res.Message) + "."}, nil
+	case VerbFork:
+		res, err := cl.Fork(ctx, agentflow.ForkRequest{SourceThread: thread, Backend: cmd.Backend, Title: cmd.Title,
+			Requester: ev.User, RequestID: forkRequestID(ev)})
+		if err != nil {
+			return nil, err
+		}
+		r.remember(ctx, res.ThreadKey, store.ThreadEntry{WorkflowID: res.WorkflowID, Title: res.Title, Backend: res.Backend, Requester: ev.User})
+		return nil, nil // the fork links itself in both threads
+	case VerbTitle:
+		v, err := cl.Title(ctx, thread, agentflow.TitleRequest{Title: cmd.Title, By: ev.User})
+		if err != nil {
+			return nil, err
+		}
+		r.remember(ctx, thread, entryOf(v))
+		return &Response{Text: fmt.Sprintf("Renamed to *%s*.", v.Title)}, nil
+	case VerbStop:
+		res, err := cl.Stop(ctx, thread, agentflow.StopRequest{By: ev.User})
+		if err != nil {
+			return nil, err
+		}
+		if !res.Stopped {
+			return &Response{Text: "Nothing was running.", Private: true}, nil
+		}
+		return &Response{Text: fmt.Sprintf("Stopped turn %d.", res.Turn)}, nil
+	case VerbDone:
+		v, err := cl.Pause(ctx, thread, agentflow.PauseRequest{By: ev.User})
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Text: "Paused: the workspace is saved and the sandbox stopped. Write here to pick it up again.", Session: &v}, nil
+	case VerbDestroy:
+		if _, err := cl.Destroy(ctx, thread, agentflow.DestroyRequest{By: ev.User}); err != nil {
+			return nil, err
+		}
+		r.forget(ctx, thread)
+		return &Response{Text: "Destroyed: the sandbox and the session's data are deleted."}, nil
+	case VerbStatus:
+		v, err := cl.State(ctx, thread)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Text: statusText(v), Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
+	case VerbList:
+		key := thread
+		if key == "" {
+			key = ev.NewThreadKey
+		}
+		l, err := cl.List(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Text: listText(l), Private: true}, nil
+	case VerbExport:
+		t, err := cl.Transcript(ctx, thread)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Text: exportText(t)}, nil
+	}
+	return nil, fmt.Errorf("unknown command %q", cmd.Verb)
+}
+
+// forkRequestID makes a fork idempotent per platform event: a retried
+// delivery forks once.
+func forkRequestID(ev Event) string {
+	if ev.ID != "" {
+		return ev.Platform + ":" + ev.ID
+	}
+	return fmt.Sprintf("%s:%s:%d", ev.Platform, ev.User, time.Now().UnixNano())
+}
+
+func entryOf(v agentflow.SessionView) store.ThreadEntry {
+	return store.ThreadEntry{WorkflowID: v.WorkflowID, Title: v.Title, Backend: v.Backend, Requester: v.Requester}
+}
+
+// StatusText renders a session's state for people.
+func statusText(v agentflow.SessionView) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%s* — %s on `%s`", v.Title, v.Status, v.Backend)
+	if v.SandboxID != "" {
+		fmt.Fprintf(&b, " (sandbox `%s`)", shortID(v.SandboxID))
+	}
+	fmt.Fprintf(&b, "\nturn %d, %d queued, tokens %d in / %d out", v.Turn, v.Queued, v.Usage.InputTokens, v.Usage.OutputTokens)
+	if v.Forks > 0 {
+		fmt.Fprintf(&b, ", %d forks", v.Forks)
+	}
+	if v.Parent != "" {
+		fmt.Fprintf(&b, "\nforked from %s", agentflow.LinkThread(v.Parent))
+	}
+	for _, t := range v.Tools {
+		fmt.Fprintf(&b, "\n• %s (%s)", t.Summary, t.State)
+	}
+	if v.LastError != "" {
+		fmt.Fprintf(&b, "\nlast error: %s", v.LastError)
+	}
+	return b.String()
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func listText(l []agentflow.SessionEntry) string {
+	if len(l) == 0 {
+		return "No sessions yet."
+	}
+	var b strings.Builder
+	for _, e := range l {
+		fmt.Fprintf(&b, "• %s *%s* — %s on `%s`\n", agentflow.LinkThread(e.ThreadKey), e.Title, e.Status, e.Backend)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func exportText(t []agentflow.TurnSummary) string {
+	if len(t) == 0 {
+		return "Nothing to export yet."
+	}
+	var b strings.Builder
+	for _, s := range t {
+		fmt.Fprintf(&b, "--- turn %d (%s)\n> %s\n%s\n", s.Turn, s.Status, strings.ReplaceAll(s.User, "\n", "\n> "), s.Answer)
+	}
+	return b.String()
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func (r *Router) webUI(workflowID string) string {
+	if r.WebUI == "" {
+		return ""
+	}
+	ns := r.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(r.WebUI, "/"), ns, url.PathEscape(workflowID))
+}
+
+// lookup finds whether a thread has a session: the cache first, then the
+// session manager (the source of truth). A cache that fails is logged and
+// skipped.
+func (r *Router) lookup(ctx context.Context, thread string) (store.ThreadEntry, bool, error) {
+	if r.Cache != nil {
+		e, ok, err := r.Cache.GetThread(ctx, thread)
+		switch {
+		case err != nil:
+			r.log().Warn("thread cache unavailable; asking Temporal", "thread", thread, "error", err)
+		case ok:
+			return e, true, nil
+		}
+	}
+	e, err := r.Sessions.Lookup(ctx, thread)
+	switch {
+	case errors.Is(err, agentflow.ErrNoSession):
+		r.put(ctx, thread, store.ThreadEntry{Missing: true}, store.MissingTTL)
+		return store.ThreadEntry{Missing: true}, true, nil
+	case err != nil:
+		return store.ThreadEntry{}, false, err
+	}
+	if e.Status == agentflow.StatusDestroyed {
+		// Still a session thread: messages there are told it is gone.
+		entry := store.ThreadEntry{WorkflowID: e.WorkflowID, Title: e.Title, Backend: e.Backend, Requester: e.Requester}
+		return entry, true, nil
+	}
+	entry := store.ThreadEntry{WorkflowID: e.WorkflowID, Title: e.Title, Backend: e.Backend, Requester: e.Requester}
+	r.put(ctx, thread, entry, store.ThreadTTL)
+	return entry, true, nil
+}
+
+func (r *Router) remember(ctx context.Context, thread string, e store.ThreadEntry) {
+	r.put(ctx, thread, e, store.ThreadTTL)
+}
+
+func (r *Router) put(ctx context.Context, thread string, e store.ThreadEntry, ttl time.Duration) {
+	if r.Cache == nil {
+		return
+	}
+	if err := r.Cache.PutThread(ctx, thread, e, ttl); err != nil {
+		r.log().Warn("thread cache unavailable; not cached", "thread", thread, "error", err)
+	}
+}
+
+func (r *Router) forget(ctx context.Context, thread string) {
+	if r.Cache == nil {
+		return
+	}
+	if err := r.Cache.DeleteThread(ctx, thread); err != nil {
+		r.log().Warn("thread cache unavailable; entry left to expire", "thread", thread, "error", err)
+	}
+}
+
+// firstSeen de-duplicates platform deliveries through the cache; while the
+// cache is down, through a small in-process table (sessions also drop
+// repeated message IDs, so a turn never runs twice either way).
+func (r *Router) firstSeen(ctx context.Context, id string) bool {
+	if r.Cache != nil {
+		first, err := r.Cache.FirstSeen(ctx, "event:"+id, store.EventTTL)
+		if err == nil {
+			return first
+		}
+		r.log().Warn("event de-duplication falls back to this process", "error", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if r.local == nil {
+		r.local = map[string]time.Time{}
+	}
+	if len(r.local) > 10000 {
+		for k, t := range r.local {
+			if now.Sub(t) > store.EventTTL {
+				delete(r.local, k)
+			}
+		}
+	}
+	if t, ok := r.local[id]; ok && now.Sub(t) < store.EventTTL {
+		return false
+	}
+	r.local[id] = now
+	return true
+}
+
+// failure turns an error into a short, safe sentence with an ID to find the
+// log line.
+func (r *Router) failure(ev Event, err error) *Response {
+	var refused *agentflow.RefusedError
+	switch {
+	case errors.Is(err, agentflow.ErrDestroyed):
+		return &Response{Text: "This session was destroyed. Mention me in the channel to start a new one."}
+	case errors.Is(err, agentflow.ErrNoSession):
+		return &Response{Text: "There is no session in this thread. Mention me with a task to start one.", Private: true}
+	case errors.As(err, &refused):
+		return &Response{Text: refused.Msg, Private: true}
+	}
+	ref := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff)
+	r.log().Error("event failed", "ref", ref, "thread", ev.ThreadKey, "kind", ev.Kind, "error", err)
+	return &Response{Text: fmt.Sprintf("Sorry, something went wrong (ref %s).", ref), Private: true}
+}
+
+func (r *Router) log() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
