@@ -69,9 +69,7 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 	default:
 		text = fmt.Sprintf("[%s] * %s\n", name, m.Text.Inline)
 	}
-	text = threadLink.ReplaceAllStringFunc(text, func(l string) string {
-		return "'" + strings.TrimPrefix(threadLink.FindStringSubmatch(l)[1], "term:") + "'"
-	})
+	text = renderLinks(text)
 	if s.last[m.Key] == text {
 		return nil
 	}
@@ -101,4 +99,11 @@ func slug(s string) string {
 		s = strings.TrimRight(s[:40], "-")
 	}
 	return s
+}
+
+// renderLinks shows "<thread:term:x>" tokens as 'x'.
+func renderLinks(text string) string {
+	return threadLink.ReplaceAllStringFunc(text, func(l string) string {
+		return "'" + strings.TrimPrefix(threadLink.FindStringSubmatch(l)[1], "term:") + "'"
+	})
 }

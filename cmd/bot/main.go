@@ -23,6 +23,7 @@ import (
 	_ "gocloud.dev/blob/s3blob"  // s3:// blob stores
 
 	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/bot"
 	"github.com/agentbot/agentbot/bot/terminal"
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
@@ -62,6 +63,7 @@ func run() error {
 
 	embedded := cfg.TemporalAddress == ""
 	addr := cfg.TemporalAddress
+	webUI := ""
 	if embedded {
 		fmt.Fprintln(os.Stderr, "starting the embedded Temporal dev server…")
 		srv, err := devserver.Start(ctx, devserver.Options{
@@ -75,6 +77,7 @@ func run() error {
 		addr = srv.Address()
 		if ui := srv.UIAddress(); ui != "" {
 			fmt.Fprintf(os.Stderr, "Temporal web UI: %s\n", ui)
+			webUI = ui
 		}
 	}
 	tc, err := client.DialContext(ctx, client.Options{
@@ -106,13 +109,16 @@ func run() error {
 	if len(backends) == 0 {
 		backends = []string{"local", "docker"}
 	}
-	chat := &terminal.Chat{
-		Client: agentflow.NewClient(tc), In: os.Stdin, Out: os.Stdout,
-		User: os.Getenv("USER"), Backends: backends, DefaultBackend: cfg.DefaultBackend,
+	router := &bot.Router{
+		Sessions: agentflow.NewClient(tc), Backends: backends, DefaultBackend: cfg.DefaultBackend,
 		Options: agentflow.AgentOptions{
 			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
 		},
-		PrintAnswers: !embedded,
+		WebUI: webUI, Namespace: cfg.TemporalNamespace, Logger: logger,
+	}
+	chat := &terminal.Chat{
+		Router: router, Client: router.Sessions, In: os.Stdin, Out: os.Stdout,
+		User: os.Getenv("USER"), PrintAnswers: !embedded,
 	}
 	return chat.Run(ctx)
 }

@@ -46,13 +46,13 @@ func TestEmbeddedDefault(t *testing.T) {
 		return out.String()
 	}
 	out := run("write: hello.txt <<< hi from the terminal\nsh: cat hello.txt\n/title first\n/status\n/quit\n")
-	for _, want := range []string{"[main] agent:", "hi from the terminal", `"first": idle on local`} {
+	for _, want := range []string{"[main] agent:", "hi from the terminal", "*first* — idle on `local`"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("first run: want %q in:\n%s", want, out)
 		}
 	}
 	out = run("/status\n/list\n/quit\n")
-	if !strings.Contains(out, "turn 2") && !strings.Contains(out, "turn 1,") {
+	if !strings.Contains(out, "turn 1, 0 queued") || !strings.Contains(out, "*first*") {
 		t.Fatalf("second run does not find the session of the first:\n%s", out)
 	}
 	if log, err := os.ReadFile(filepath.Join(state, "bot.log")); err != nil || len(log) == 0 {
