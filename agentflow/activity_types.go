@@ -168,6 +168,26 @@ type Outbound struct {
 	Final bool `json:"final,omitempty"`
 }
 
+// ImportInput asks for shared files to be copied into a sandbox.
+type ImportInput struct {
+	Thread string          `json:"thread"`
+	State  sandboxes.State `json:"state"`
+	Files  []InboundFile   `json:"files"`
+}
+
+// ImportResult says where each file went, or why not.
+type ImportResult struct {
+	Files []ImportedFile `json:"files"`
+}
+
+// ImportedFile is one file of ImportResult.
+type ImportedFile struct {
+	Name  string `json:"name"`
+	Path  string `json:"path,omitempty"`
+	Size  int64  `json:"size,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
 // ReportInput tells a session manager about a change of one session.
 type ReportInput struct {
 	Update string       `json:"update"`

@@ -329,7 +329,7 @@ func (w *agent) onMessage(ctx workflow.Context, m MessageRequest) (MessageResult
 		return res, nil
 	}
 	w.MsgSeq++
-	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq})
+	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq, Files: m.Files})
 	w.Seen = append(w.Seen, SeenMessage{ID: m.ID})
 	if len(w.Seen) > maxSeen {
 		w.Seen = w.Seen[len(w.Seen)-maxSeen:]
@@ -704,6 +704,9 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	if err := w.ensureUp(turnCtx); err != nil && !stopped() {
 		failure = fmt.Errorf("the sandbox could not start: %s", userError(err))
 	}
+	if failure == nil && !stopped() {
+		userText += w.importFiles(turnCtx, msgs)
+	}
 	appendMsgs := append(w.Pending, llm.Message{Role: llm.RoleUser, Content: userText})
 	w.Pending = nil
 	for step := 1; failure == nil && !stopped(); step++ {
@@ -778,6 +781,36 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	if !w.destroying {
 		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status})
 	}
+}
+
+// importFiles copies the files shared with msgs into the workspace and
+// returns what to tell the agent about them.
+func (w *agent) importFiles(ctx workflow.Context, msgs []QueuedMessage) string {
+	var files []InboundFile
+	for _, m := range msgs {
+		files = append(files, m.Files...)
+	}
+	if len(files) == 0 {
+		return ""
+	}
+	var a *Activities
+	var res ImportResult
+	err := workflow.ExecuteActivity(sandboxCtx(ctx, 10*time.Minute), a.ImportFiles, ImportInput{
+		Thread: w.ThreadKey, State: *w.Sandbox, Files: files,
+	}).Get(ctx, &res)
+	if err != nil {
+		return "\n\n(Files were shared, but copying them into the workspace failed: " + userError(err) + ")"
+	}
+	w.Dirty = true
+	var b strings.Builder
+	for _, f := range res.Files {
+		if f.Error != "" {
+			b.WriteString("\n(File " + f.Name + " was not copied: " + f.Error + ")")
+		} else {
+			b.WriteString("\n(File shared: " + f.Name + " is in the workspace at " + f.Path + ")")
+		}
+	}
+	return b.String()
 }
 
 // runTools runs the calls of one model step in order and returns their

@@ -183,7 +183,22 @@ type MessageRequest struct {
 	ID     string `json:"id"`
 	Author string `json:"author,omitempty"`
 	Text   string `json:"text"`
+	// Files were shared with the message; the turn copies them into the
+	// workspace (under uploads/) and tells the agent where they are.
+	Files []InboundFile `json:"files,omitempty"`
 }
+
+// InboundFile is a file shared in the chat, fetched by the platform's
+// sender (FileFetcher) when the turn starts. URL is the platform's, never
+// signed with a secret: the worker adds its own credentials.
+type InboundFile struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+	Size int64  `json:"size,omitempty"`
+}
+
+// MaxInboundFile bounds a shared file copied into a workspace.
+const MaxInboundFile = 50 << 20
 
 // MessageResult is the result of UpdateMessage.
 type MessageResult struct {

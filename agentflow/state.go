@@ -68,6 +68,7 @@ type QueuedMessage struct {
 	Text   string    `json:"text"`
 	At     time.Time `json:"at"`
 	Seq    int64     `json:"seq"`
+	Files  []InboundFile `json:"files,omitempty"`
 }
 
 // SeenMessage remembers a message ID and the turn that handled it (0 while

@@ -52,6 +52,9 @@ type Event struct {
 	// MessageID is the platform's ID of the message (Slack ts): the
 	// session uses it to run a retried message only once.
 	MessageID string
+	// Files were shared with the message; the session copies them into
+	// the workspace.
+	Files []agentflow.InboundFile
 }
 
 // Response is what the router answers the person who sent an event.

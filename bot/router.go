@@ -93,6 +93,9 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 	if thread == "" {
 		return nil, errors.New("no thread for the message")
 	}
+	if strings.TrimSpace(ev.Text) == "" && len(ev.Files) > 0 {
+		ev.Text = "(shared a file)"
+	}
 	if strings.TrimSpace(ev.Text) == "" {
 		if start {
 			return &Response{Text: "Yes? Tell me what to do, or say `help`.", Private: true}, nil
@@ -112,7 +115,7 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 		}
 	}
 	in := r.newSession(ev, thread, "")
-	_, err := r.Sessions.Send(ctx, in, agentflow.MessageRequest{ID: ev.MessageID, Author: authorOf(ev), Text: ev.Text})
+	_, err := r.Sessions.Send(ctx, in, agentflow.MessageRequest{ID: ev.MessageID, Author: authorOf(ev), Text: ev.Text, Files: ev.Files})
 	if err != nil {
 		return nil, err
 	}
