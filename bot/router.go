@@ -367,7 +367,7 @@ func (r *Router) lookup(ctx context.Context, thread string) (store.ThreadEntry, 
 		e, ok, err := r.Cache.GetThread(ctx, thread)
 		switch {
 		case err != nil:
-			r.log().Warn("thread cache unavailable; asking Temporal", "thread", thread, "error", err)
+			r.log().Debug("thread cache unavailable; asking Temporal", "thread", thread, "error", err)
 		case ok:
 			return e, true, nil
 		}
@@ -399,7 +399,7 @@ func (r *Router) put(ctx context.Context, thread string, e store.ThreadEntry, tt
 		return
 	}
 	if err := r.Cache.PutThread(ctx, thread, e, ttl); err != nil {
-		r.log().Warn("thread cache unavailable; not cached", "thread", thread, "error", err)
+		r.log().Debug("thread cache unavailable; not cached", "thread", thread, "error", err)
 	}
 }
 
@@ -408,7 +408,7 @@ func (r *Router) forget(ctx context.Context, thread string) {
 		return
 	}
 	if err := r.Cache.DeleteThread(ctx, thread); err != nil {
-		r.log().Warn("thread cache unavailable; entry left to expire", "thread", thread, "error", err)
+		r.log().Debug("thread cache unavailable; entry left to expire", "thread", thread, "error", err)
 	}
 }
 
@@ -417,11 +417,11 @@ func (r *Router) forget(ctx context.Context, thread string) {
 // repeated message IDs, so a turn never runs twice either way).
 func (r *Router) firstSeen(ctx context.Context, id string) bool {
 	if r.Cache != nil {
-		first, err := r.Cache.FirstSeen(ctx, "event:"+id, store.EventTTL)
+		first, err := r.Cache.FirstSeen(ctx, id, store.EventTTL)
 		if err == nil {
 			return first
 		}
-		r.log().Warn("event de-duplication falls back to this process", "error", err)
+		r.log().Debug("event de-duplication falls back to this process", "error", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
