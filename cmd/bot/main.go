@@ -15,6 +15,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
@@ -28,6 +31,7 @@ import (
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/devserver"
+	"github.com/agentbot/agentbot/store"
 )
 
 func main() {
@@ -109,8 +113,13 @@ func run() error {
 	if len(backends) == 0 {
 		backends = []string{"local", "docker"}
 	}
+	cache, err := openCache(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer cache.Close()
 	router := &bot.Router{
-		Sessions: agentflow.NewClient(tc), Backends: backends, DefaultBackend: cfg.DefaultBackend,
+		Sessions: agentflow.NewClient(tc), Cache: cache, Backends: backends, DefaultBackend: cfg.DefaultBackend,
 		Options: agentflow.AgentOptions{
 			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
 		},
@@ -122,3 +131,35 @@ func run() error {
 	}
 	return chat.Run(ctx)
 }
+
+// cacheCloser is a bot.Cache that can be closed.
+type cacheCloser interface {
+	bot.Cache
+	Close() error
+}
+
+// openCache opens Redis when REDIS_URL is set, else an in-memory cache. A
+// Redis that does not answer at start is logged, not fatal: the bot works
+// from Temporal until it is back.
+func openCache(cfg config.Config, logger *slog.Logger) (cacheCloser, error) {
+	if cfg.RedisURL == "" {
+		return store.NewMemoryCache(), nil
+	}
+	// go-redis logs every failed dial on its own; the cache reports state
+	// changes once, through our logger.
+	redis.SetLogger(quietRedis{})
+	c, err := store.NewRedisCache(cfg.RedisURL, store.RedisOptions{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx); err != nil {
+		logger.Warn("Redis does not answer at start; serving from Temporal until it does", "error", err)
+	}
+	return c, nil
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...interface{}) {}
