@@ -62,6 +62,21 @@ type Config struct {
 	// in Redis; empty means in memory.
 	RedisURL string
 
+	// Slack. With SlackBotToken set the bot serves Slack: over Socket Mode
+	// when SlackAppToken is set, else over HTTP on HTTPAddr (verified
+	// with SlackSigningSecret). All three are secrets.
+	SlackBotToken      string
+	SlackAppToken      string
+	SlackSigningSecret string
+	SlackAPIURL        string
+	HTTPAddr           string
+
+	// Access control (comma-separated IDs; empty lists allow everyone).
+	AllowedUsers    []string
+	AllowedChannels []string
+	AllowedRoles    []string
+	Admins          []string
+
 	LogLevel slog.Level
 	// Secrets collects the secret values of this configuration, to redact
 	// from chat messages and logs.
@@ -99,6 +114,15 @@ var Vars = []Var{
 	{"AGENTBOT_IDLE_TIMEOUT", "30m", "idle time before a sandbox is snapshotted and stopped"},
 	{"AGENTBOT_TOOL_TIMEOUT", "2m", "default time limit of a shell command"},
 	{"REDIS_URL", "(empty: in memory)", "Redis for the thread cache and event de-duplication"},
+	{"SLACK_BOT_TOKEN", "", "Slack bot token (xoxb-…; secret); set to serve Slack"},
+	{"SLACK_APP_TOKEN", "", "Slack app-level token (xapp-…; secret): Socket Mode, no public URL needed"},
+	{"SLACK_SIGNING_SECRET", "", "Slack signing secret (secret): the HTTP Events API, when there is no app token"},
+	{"AGENTBOT_SLACK_API_URL", "https://slack.com/api/", "Slack Web API base URL"},
+	{"AGENTBOT_HTTP_ADDR", ":8080", "listen address of the HTTP endpoints (Slack events, commands, interactivity)"},
+	{"AGENTBOT_ALLOWED_USERS", "(everyone)", "comma-separated user IDs allowed to use the bot"},
+	{"AGENTBOT_ALLOWED_CHANNELS", "(every channel)", "comma-separated channel IDs the bot answers in"},
+	{"AGENTBOT_ALLOWED_ROLES", "(any role)", "comma-separated Discord role IDs allowed"},
+	{"AGENTBOT_ADMINS", "(none)", "comma-separated user IDs who may control any session"},
 	{"AGENTBOT_LOG_LEVEL", "info", "debug, info, warn or error"},
 }
 
@@ -149,25 +173,34 @@ func Load(environ []string) (Config, error) {
 	}
 
 	c := Config{
-		TemporalAddress:   get("TEMPORAL_ADDRESS", ""),
-		TemporalNamespace: get("TEMPORAL_NAMESPACE", "default"),
-		TemporalBin:       get("AGENTBOT_TEMPORAL_BIN", ""),
-		TemporalUIPort:    int(num("AGENTBOT_TEMPORAL_UI_PORT", 0)),
-		StateDir:          get("AGENTBOT_STATE_DIR", defaultStateDir(env)),
-		OpenAIBaseURL:     get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
-		OpenAIAPIKey:      get("OPENAI_API_KEY", ""),
-		Model:             get("AGENTBOT_MODEL", "gpt-4.1-mini"),
-		ModelAPI:          get("AGENTBOT_MODEL_API", "chat"),
-		ContextChars:      int(num("AGENTBOT_CONTEXT_CHARS", 300_000)),
-		DefaultBackend:    get("AGENTBOT_DEFAULT_BACKEND", "local"),
-		DockerImage:       get("AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest"),
-		DockerNetwork:     get("AGENTBOT_DOCKER_NETWORK", "none"),
-		DockerMemory:      num("AGENTBOT_DOCKER_MEMORY_MB", 1024) << 20,
-		DockerPids:        num("AGENTBOT_DOCKER_PIDS", 512),
-		MaxSteps:          int(num("AGENTBOT_MAX_STEPS", 24)),
-		IdleTimeout:       dur("AGENTBOT_IDLE_TIMEOUT", 30*time.Minute),
-		ToolTimeout:       dur("AGENTBOT_TOOL_TIMEOUT", 2*time.Minute),
-		RedisURL:          get("REDIS_URL", ""),
+		TemporalAddress:    get("TEMPORAL_ADDRESS", ""),
+		TemporalNamespace:  get("TEMPORAL_NAMESPACE", "default"),
+		TemporalBin:        get("AGENTBOT_TEMPORAL_BIN", ""),
+		TemporalUIPort:     int(num("AGENTBOT_TEMPORAL_UI_PORT", 0)),
+		StateDir:           get("AGENTBOT_STATE_DIR", defaultStateDir(env)),
+		OpenAIBaseURL:      get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+		OpenAIAPIKey:       get("OPENAI_API_KEY", ""),
+		Model:              get("AGENTBOT_MODEL", "gpt-4.1-mini"),
+		ModelAPI:           get("AGENTBOT_MODEL_API", "chat"),
+		ContextChars:       int(num("AGENTBOT_CONTEXT_CHARS", 300_000)),
+		DefaultBackend:     get("AGENTBOT_DEFAULT_BACKEND", "local"),
+		DockerImage:        get("AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest"),
+		DockerNetwork:      get("AGENTBOT_DOCKER_NETWORK", "none"),
+		DockerMemory:       num("AGENTBOT_DOCKER_MEMORY_MB", 1024) << 20,
+		DockerPids:         num("AGENTBOT_DOCKER_PIDS", 512),
+		MaxSteps:           int(num("AGENTBOT_MAX_STEPS", 24)),
+		IdleTimeout:        dur("AGENTBOT_IDLE_TIMEOUT", 30*time.Minute),
+		ToolTimeout:        dur("AGENTBOT_TOOL_TIMEOUT", 2*time.Minute),
+		RedisURL:           get("REDIS_URL", ""),
+		SlackBotToken:      get("SLACK_BOT_TOKEN", ""),
+		SlackAppToken:      get("SLACK_APP_TOKEN", ""),
+		SlackSigningSecret: get("SLACK_SIGNING_SECRET", ""),
+		SlackAPIURL:        get("AGENTBOT_SLACK_API_URL", ""),
+		HTTPAddr:           get("AGENTBOT_HTTP_ADDR", ":8080"),
+		AllowedUsers:       list(get("AGENTBOT_ALLOWED_USERS", "")),
+		AllowedChannels:    list(get("AGENTBOT_ALLOWED_CHANNELS", "")),
+		AllowedRoles:       list(get("AGENTBOT_ALLOWED_ROLES", "")),
+		Admins:             list(get("AGENTBOT_ADMINS", "")),
 	}
 	if s := get("AGENTBOT_DOCKER_CPUS", "1"); s != "" {
 		f, err := strconv.ParseFloat(s, 64)
@@ -188,8 +221,10 @@ func Load(environ []string) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(get("AGENTBOT_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_LEVEL: %v", err))
 	}
-	if c.OpenAIAPIKey != "" {
-		c.Secrets = append(c.Secrets, c.OpenAIAPIKey)
+	for _, sec := range []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret} {
+		if sec != "" {
+			c.Secrets = append(c.Secrets, sec)
+		}
 	}
 	errs = append(errs, c.Validate())
 	return c, errors.Join(errs...)
@@ -221,6 +256,9 @@ func (c Config) Validate() error {
 	if len(c.Backends) > 0 && !slices.Contains(c.Backends, c.DefaultBackend) {
 		errs = append(errs, fmt.Errorf("default backend %q is not among the enabled backends %v", c.DefaultBackend, c.Backends))
 	}
+	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
+		errs = append(errs, errors.New("SLACK_BOT_TOKEN is set but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP events) is"))
+	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 			errs = append(errs, fmt.Errorf("REDIS_URL %q: want redis:// or rediss://", c.RedisURL))
@@ -232,6 +270,16 @@ func (c Config) Validate() error {
 // Enabled reports whether backend name may be registered.
 func (c Config) Enabled(name string) bool {
 	return len(c.Backends) == 0 || slices.Contains(c.Backends, name)
+}
+
+func list(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func defaultStateDir(env map[string]string) string {
