@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/agentflow/llm"
+	slackbot "github.com/agentbot/agentbot/bot/slack"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/fakeopenai"
 	"github.com/agentbot/agentbot/sandboxes"
@@ -29,7 +30,8 @@ import (
 // Options are what the worker needs beyond the configuration.
 type Options struct {
 	Config config.Config
-	// Chat maps platforms to the senders of outbound messages.
+	// Chat maps platforms to the senders of outbound messages; senders
+	// of platforms configured in Config (Slack) are added.
 	Chat map[string]agentflow.ChatSender
 	// Logger is the program's logger; the worker and the SDK log to it.
 	Logger *slog.Logger
@@ -109,9 +111,21 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		return nil, err
 	}
 
+	chat := map[string]agentflow.ChatSender{}
+	for k, v := range opts.Chat {
+		chat[k] = v
+	}
+	if cfg.SlackBotToken != "" && chat[slackbot.Platform] == nil {
+		sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: cfg.SlackBotToken, APIURL: cfg.SlackAPIURL, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("slack sender: %w", err)
+		}
+		chat[slackbot.Platform] = sender
+	}
+
 	acts := &agentflow.Activities{
 		Sandboxes: wk.Registry, Blobs: blobs, Model: model, ModelName: cfg.Model,
-		Chat: opts.Chat, Temporal: tc, Logger: logger, ContextChars: cfg.ContextChars,
+		Chat: chat, Temporal: tc, Logger: logger, ContextChars: cfg.ContextChars,
 		Secrets: cfg.Secrets,
 	}
 	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{})
