@@ -10,7 +10,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/bot"
+	slackbot "github.com/agentbot/agentbot/bot/slack"
 	"github.com/agentbot/agentbot/bot/terminal"
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
@@ -56,14 +59,19 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	// The terminal is the chat: logs go to a file so they do not mix with
-	// the conversation.
+	// In the terminal the terminal is the chat: logs go to a file so they
+	// do not mix with the conversation. Serving Slack, they go to stderr.
+	slackMode := cfg.SlackBotToken != ""
 	logFile, err := os.OpenFile(filepath.Join(cfg.StateDir, "bot.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	var logOut io.Writer = logFile
+	if slackMode {
+		logOut = os.Stderr
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
 	embedded := cfg.TemporalAddress == ""
 	addr := cfg.TemporalAddress
@@ -118,12 +126,16 @@ func run() error {
 		return err
 	}
 	defer cache.Close()
+	access := bot.Access{Users: cfg.AllowedUsers, Channels: cfg.AllowedChannels, Roles: cfg.AllowedRoles, Admins: cfg.Admins}
 	router := &bot.Router{
-		Sessions: agentflow.NewClient(tc), Cache: cache, Backends: backends, DefaultBackend: cfg.DefaultBackend,
+		Sessions: agentflow.NewClient(tc), Cache: cache, Access: access, Backends: backends, DefaultBackend: cfg.DefaultBackend,
 		Options: agentflow.AgentOptions{
 			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
 		},
 		WebUI: webUI, Namespace: cfg.TemporalNamespace, Logger: logger,
+	}
+	if slackMode {
+		return serveSlack(ctx, cfg, router, access, backends, logger)
 	}
 	chat := &terminal.Chat{
 		Router: router, Client: router.Sessions, In: os.Stdin, Out: os.Stdout,
@@ -163,3 +175,40 @@ func openCache(cfg config.Config, logger *slog.Logger) (cacheCloser, error) {
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...interface{}) {}
+
+// serveSlack runs the Slack gateway until ctx ends: Socket Mode with an app
+// token, else the HTTP Events API on cfg.HTTPAddr. It acknowledges every
+// event before handling it and drains what it acknowledged at shutdown.
+func serveSlack(ctx context.Context, cfg config.Config, router *bot.Router, access bot.Access, backends []string, logger *slog.Logger) error {
+	in := slackbot.NewInbound(slackbot.InboundConfig{
+		BotToken: cfg.SlackBotToken, AppToken: cfg.SlackAppToken, SigningSecret: cfg.SlackSigningSecret,
+		APIURL: cfg.SlackAPIURL, Logger: logger, Backends: backends, Access: &access,
+	}, router, nil)
+	if err := in.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = in.Shutdown(sctx)
+	}()
+	if cfg.SlackAppToken != "" {
+		logger.Info("serving Slack over Socket Mode")
+		return in.RunSocketMode(ctx)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/slack/", in.HTTPHandler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	logger.Info("serving the Slack Events API", "addr", cfg.HTTPAddr)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}
