@@ -155,6 +155,12 @@ func TestSlackEndToEnd(t *testing.T) {
 	fs.PostUserMessage(ch, "UALICE", "sh: cat notes.txt", root)
 	waitReply(root, "hello from slack")
 
+	// 2b. A file shared into the thread lands in the workspace.
+	fs.ShareFile(ch, "UALICE", root, "data.csv", []byte("id,name\n1,shared-file-content\n"))
+	waitReply(root, "uploads/data.csv")
+	fs.PostUserMessage(ch, "UALICE", "sh: cat uploads/data.csv", root)
+	waitReply(root, "shared-file-content")
+
 	// 3. "@bot switch docker" in the thread moves it to Docker.
 	fs.PostUserMessage(ch, "UALICE", "<@UBOT> switch docker", root)
 	waitReply(root, "Switched local → docker")
