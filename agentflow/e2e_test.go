@@ -1,13 +1,11 @@
 package agentflow_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,24 +49,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is the terminal the sessions write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // rig is a worker with real parts (local and Docker sandboxes, a file blob
 // store, the fake model over HTTP, a terminal sender) on the shared dev
 // server. Tests keep apart by thread keys.
@@ -79,7 +59,7 @@ type rig struct {
 	reg      *sandboxes.Registry
 	blobs    *store.Blobs
 	model    *fakeopenai.Server
-	terminal *syncBuffer
+	terminal *testenv.Buffer
 	docker   *dockersandbox.Backend
 }
 
@@ -96,7 +76,7 @@ func newRig(t *testing.T, opts rigOptions) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(tc.Close)
-	r := &rig{t: t, tc: tc, cl: agentflow.NewClient(tc), reg: sandboxes.NewRegistry(), terminal: &syncBuffer{}}
+	r := &rig{t: t, tc: tc, cl: agentflow.NewClient(tc), reg: sandboxes.NewRegistry(), terminal: &testenv.Buffer{}}
 
 	lb, err := localsandbox.New(localsandbox.Options{BaseDir: t.TempDir()})
 	if err != nil {

@@ -63,11 +63,11 @@ type AgentState struct {
 
 // QueuedMessage is a user message waiting for the next turn.
 type QueuedMessage struct {
-	ID     string    `json:"id"`
-	Author string    `json:"author,omitempty"`
-	Text   string    `json:"text"`
-	At     time.Time `json:"at"`
-	Seq    int64     `json:"seq"`
+	ID     string        `json:"id"`
+	Author string        `json:"author,omitempty"`
+	Text   string        `json:"text"`
+	At     time.Time     `json:"at"`
+	Seq    int64         `json:"seq"`
 	Files  []InboundFile `json:"files,omitempty"`
 }
 

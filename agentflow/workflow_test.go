@@ -51,6 +51,7 @@ import (
 	"github.com/agentbot/agentbot/bot/terminal"
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/fakeopenai"
+	"github.com/agentbot/agentbot/internal/testenv"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/sandboxes/localsandbox"
 	"github.com/agentbot/agentbot/store"
@@ -65,9 +66,9 @@ type parts struct {
 	t      *testing.T
 	acts   *agentflow.Activities
 	model  *fakeopenai.Server
-	term   *syncBuffer
+	term   *testenv.Buffer
 	blobs  *store.Blobs
-	logs   *syncBuffer
+	logs   *testenv.Buffer
 	logger *slog.Logger
 }
 
@@ -96,7 +97,7 @@ func newParts(t *testing.T, script fakeopenai.Script) *parts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &parts{t: t, model: model, term: &syncBuffer{}, blobs: blobs, logs: &syncBuffer{}}
+	p := &parts{t: t, model: model, term: &testenv.Buffer{}, blobs: blobs, logs: &testenv.Buffer{}}
 	p.logger = slog.New(slog.NewTextHandler(p.logs, nil))
 	p.acts = &agentflow.Activities{
 		Sandboxes: reg, Blobs: blobs, Model: mc, ModelName: "fake-model",
@@ -1470,7 +1471,7 @@ func TestWorkflowForkSource(t *testing.T) {
 // newManagerEnv is a test environment for SessionManagerWorkflow, with
 // ForkSession answered by fork.
 func newManagerEnv(t *testing.T, fork func(agentflow.ForkSessionInput) (agentflow.ForkResult, error)) *agentEnv {
-	p := &parts{t: t, logs: &syncBuffer{}, term: &syncBuffer{}}
+	p := &parts{t: t, logs: &testenv.Buffer{}, term: &testenv.Buffer{}}
 	p.logger = slog.New(slog.NewTextHandler(p.logs, nil))
 	p.acts = &agentflow.Activities{Logger: p.logger}
 	t.Cleanup(func() {

@@ -165,7 +165,7 @@ func (s *RedisServer) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting redis-server: %w", err)
 	}
-	out := &syncBuffer{}
+	out := &Buffer{}
 	cmd := exec.Command(s.bin,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -228,21 +228,26 @@ func pingRedis(ctx context.Context, addr string) error {
 	return nil
 }
 
-// syncBuffer collects a process's output; the process writes while a
-// failing start reads.
-type syncBuffer struct {
+// Buffer is a bytes.Buffer safe for concurrent use: a process (or a
+// worker) writes while a test reads.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) Bytes() []byte {
+// Bytes returns a copy of what was written.
+func (b *Buffer) Bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return bytes.Clone(b.buf.Bytes())
 }
+
+// String returns what was written.
+func (b *Buffer) String() string { return string(b.Bytes()) }
