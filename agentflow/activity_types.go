@@ -146,6 +146,10 @@ const (
 	// OutboundNotice is anything else the session says (switched, forked,
 	// destroyed).
 	OutboundNotice OutboundKind = "notice"
+	// OutboundTitle says the session was renamed (Outbound.Title); it has
+	// no text. Platforms whose threads have names rename the thread;
+	// others ignore it.
+	OutboundTitle OutboundKind = "title"
 )
 
 // Outbound is one message for a chat thread, posted by the Deliver

@@ -368,6 +368,8 @@ func (w *agent) onTitle(ctx workflow.Context, r TitleRequest) (SessionView, erro
 		return w.view(), err
 	}
 	w.Title = t
+	w.Renames++
+	w.deliver(ctx, Outbound{Kind: OutboundTitle, Title: t, Key: fmt.Sprintf("%s/title/%d", w.workflowID, w.Renames)})
 	w.report(ctx, ManagerUpdateRename)
 	return w.view(), nil
 }

@@ -22,6 +22,7 @@ type AgentState struct {
 	Options   AgentOptions `json:"options"`
 	Usage     llm.Usage    `json:"usage"`
 	Forks     int          `json:"forks,omitempty"`
+	Renames   int          `json:"renames,omitempty"`
 	Turn      int          `json:"turn"`
 	LastError string       `json:"last_error,omitempty"`
 	Paused    bool         `json:"paused,omitempty"`

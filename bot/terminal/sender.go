@@ -66,7 +66,12 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		return err
 	case agentflow.OutboundAnswer:
 		text = fmt.Sprintf("[%s] agent: %s\n", name, m.Text.Inline)
+	case agentflow.OutboundTitle:
+		return nil // the command's own answer says it
 	default:
+		if strings.TrimSpace(m.Text.Inline) == "" {
+			return nil
+		}
 		text = fmt.Sprintf("[%s] * %s\n", name, m.Text.Inline)
 	}
 	text = renderLinks(text)
