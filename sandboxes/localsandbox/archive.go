@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentbot/agentbot/sandboxes"
@@ -24,6 +25,11 @@ import (
 // are Restore's staging directories. Symbolic links are never followed and
 // files are streamed, one at a time. An unreadable directory fails the
 // archive.
+//
+// The tree is walked a directory at a time, each directory through an
+// os.Root of its own opened under the workspace's, so that every entry is
+// reached by its plain name in an open directory rather than by resolving
+// its whole path again.
 func (in *instance) Archive(ctx context.Context, w io.Writer) error {
 	if err := in.usable(ctx); err != nil {
 		return err
@@ -36,42 +42,82 @@ func (in *instance) Archive(ctx context.Context, w io.Writer) error {
 	}
 	defer rt.Close()
 
-	tw := tar.NewWriter(w)
-	err = fs.WalkDir(rt.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("reading %q: %w", p, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if p == "." {
-			return nil
-		}
-		if !strings.Contains(p, "/") && isStaging(p) {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		return archiveEntry(ctx, tw, rt, p)
-	})
-	if err != nil {
+	a := &archiver{ctx: ctx, tw: tar.NewWriter(w), buf: make([]byte, copyBufSize)}
+	if err := a.dir(rt, ".", "", 0); err != nil {
 		return err
 	}
-	return tw.Close()
+	return a.tw.Close()
 }
 
-func archiveEntry(ctx context.Context, tw *tar.Writer, rt *os.Root, p string) error {
-	name := filepath.FromSlash(p)
-	fi, err := rt.Lstat(name)
+const (
+	// copyBufSize is the buffer file contents are copied through.
+	copyBufSize = 256 << 10
+	// maxDirHandles is how many directories deep a walk keeps a handle
+	// per directory; below that it goes on by relative paths from the
+	// handle at that depth, so a deep tree cannot use up descriptors.
+	maxDirHandles = 64
+)
+
+type archiver struct {
+	ctx context.Context
+	tw  *tar.Writer
+	buf []byte
+}
+
+// dir archives the entries of the directory sub of d, in name order;
+// prefix is the directory's tar name with a trailing slash ("" for the
+// workspace) and depth how deep it is.
+func (a *archiver) dir(d *os.Root, sub, prefix string, depth int) error {
+	dirName := strings.TrimSuffix(prefix, "/")
+	if dirName == "" {
+		dirName = "."
+	}
+	// O_NONBLOCK spares the fcntl calls os makes around its poller
+	// check; it does nothing to a directory.
+	f, err := d.OpenFile(sub, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("reading %q: %w", dirName, err)
+	}
+	ents, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("reading %q: %w", dirName, err)
+	}
+	slices.SortFunc(ents, func(x, y fs.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
+	for _, e := range ents {
+		if err := a.ctx.Err(); err != nil {
+			return err
+		}
+		if prefix == "" && isStaging(e.Name()) {
+			continue
+		}
+		rel := filepath.Join(sub, e.Name())
+		name := prefix + e.Name()
+		// A regular file is opened and its header made from the open
+		// file; anything else needs its own Lstat.
+		if e.Type().IsRegular() {
+			err = a.file(d, rel, name, depth)
+		} else {
+			err = a.entry(d, rel, name, depth)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entry archives rel in d, whatever it is now.
+func (a *archiver) entry(d *os.Root, rel, name string, depth int) error {
+	fi, err := d.Lstat(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed while we walked
 	}
 	if err != nil {
-		return fmt.Errorf("reading %q: %w", p, err)
+		return fmt.Errorf("reading %q: %w", name, err)
 	}
 	h := &tar.Header{
-		Name:    p,
+		Name:    name,
 		Mode:    int64(fi.Mode().Perm()),
 		ModTime: fi.ModTime(),
 		Format:  tar.FormatPAX,
@@ -79,14 +125,13 @@ func archiveEntry(ctx context.Context, tw *tar.Writer, rt *os.Root, p string) er
 	m := fi.Mode()
 	switch {
 	case m.IsDir():
-		h.Typeflag = tar.TypeDir
-		h.Name += "/"
+		return a.subdir(d, rel, h, fi, depth)
 	case m.IsRegular():
-		return archiveFile(ctx, tw, rt, p, h)
+		return a.file(d, rel, name, depth)
 	case m&fs.ModeSymlink != 0:
-		target, err := rt.Readlink(name)
+		target, err := d.Readlink(rel)
 		if err != nil {
-			return fmt.Errorf("reading the link %q: %w", p, err)
+			return fmt.Errorf("reading the link %q: %w", name, err)
 		}
 		h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, target, 0o777
 	case m&fs.ModeNamedPipe != 0:
@@ -98,40 +143,91 @@ func archiveEntry(ctx context.Context, tw *tar.Writer, rt *os.Root, p string) er
 	default:
 		return nil // a socket: tar has no type for it
 	}
-	if err := tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("writing %q: %w", p, err)
+	if err := a.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("writing %q: %w", name, err)
 	}
 	return nil
 }
 
-func archiveFile(ctx context.Context, tw *tar.Writer, rt *os.Root, p string, h *tar.Header) error {
-	f, err := openRegular(rt, filepath.FromSlash(p), os.O_RDONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, sandboxes.ErrInvalid) {
-		return nil // removed or replaced while we walked
+// subdir archives the directory rel of d, which Lstat described as fi,
+// and everything in it.
+func (a *archiver) subdir(d *os.Root, rel string, h *tar.Header, fi fs.FileInfo, depth int) error {
+	name := h.Name
+	h.Typeflag = tar.TypeDir
+	h.Name += "/"
+	if depth+1 >= maxDirHandles {
+		if err := a.tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("writing %q: %w", name, err)
+		}
+		return a.dir(d, rel, h.Name, depth+1)
+	}
+	sub, err := d.OpenRoot(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed while we walked
 	}
 	if err != nil {
-		return fmt.Errorf("reading %q: %w", p, err)
+		return fmt.Errorf("reading %q: %w", name, err)
+	}
+	defer sub.Close()
+	// os.Root follows a symbolic link that stays inside d: make sure
+	// this is the directory Lstat saw, not a link put in its place.
+	si, err := sub.Stat(".")
+	if err != nil {
+		return fmt.Errorf("reading %q: %w", name, err)
+	}
+	if !os.SameFile(fi, si) {
+		return nil // replaced while we walked
+	}
+	if err := a.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("writing %q: %w", name, err)
+	}
+	return a.dir(sub, ".", h.Name, depth+1)
+}
+
+// file archives rel in d, which was a regular file when its directory
+// was read. It is opened once; its header comes from the open file.
+func (a *archiver) file(d *os.Root, rel, name string, depth int) error {
+	f, err := d.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		// Removed, or replaced by something else, since the directory
+		// was read?
+		fi, lerr := d.Lstat(rel)
+		if errors.Is(lerr, fs.ErrNotExist) {
+			return nil
+		}
+		if lerr == nil && !fi.Mode().IsRegular() {
+			return a.entry(d, rel, name, depth)
+		}
+		return fmt.Errorf("reading %q: %w", name, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("reading %q: %w", p, err)
+		return fmt.Errorf("reading %q: %w", name, err)
 	}
-	h.Typeflag = tar.TypeReg
-	h.Size = fi.Size()
-	h.Mode = int64(fi.Mode().Perm())
-	h.ModTime = fi.ModTime()
-	if err := tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("writing %q: %w", p, err)
+	if !fi.Mode().IsRegular() {
+		return nil // replaced while we walked
+	}
+	h := &tar.Header{
+		Typeflag: tar.TypeReg,
+		Name:     name,
+		Size:     fi.Size(),
+		Mode:     int64(fi.Mode().Perm()),
+		ModTime:  fi.ModTime(),
+		Format:   tar.FormatPAX,
+	}
+	if err := a.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("writing %q: %w", name, err)
 	}
 	// A file that grows while it is read is cut at the size in its
-	// header; one that shrinks cannot be written any more.
-	n, err := io.Copy(tw, io.LimitReader(ctxReader{ctx, f}, h.Size))
+	// header; one that shrinks cannot be written any more. (tar.Writer
+	// has no ReadFrom, so the copy goes through a.buf.)
+	n, err := io.CopyBuffer(a.tw, io.LimitReader(ctxReader{a.ctx, f}, h.Size), a.buf)
 	if err != nil {
-		return fmt.Errorf("writing %q: %w", p, err)
+		return fmt.Errorf("writing %q: %w", name, err)
 	}
 	if n < h.Size {
-		return fmt.Errorf("%q shrank while it was archived", p)
+		return fmt.Errorf("%q shrank while it was archived", name)
 	}
 	return nil
 }
@@ -212,10 +308,18 @@ func extract(ctx context.Context, dir string, r io.Reader) error {
 	}
 	defer rt.Close()
 	cr := ctxReader{ctx, r}
-	tr := tar.NewReader(cr)
-	dirs := make(map[string]dirMeta)
+	x := &extractor{
+		rt:      rt,
+		tr:      tar.NewReader(cr),
+		dirs:    make(map[string]dirMeta),
+		made:    make(map[string]bool),
+		parents: make(map[string]bool),
+		open:    make(map[string]*os.Root),
+		buf:     make([]byte, copyBufSize),
+	}
+	defer x.forget()
 	for {
-		h, err := tr.Next()
+		h, err := x.tr.Next()
 		if err == io.EOF {
 			break
 		}
@@ -229,15 +333,16 @@ func extract(ctx context.Context, dir string, r io.Reader) error {
 		if name == "." || isStaging(strings.SplitN(name, string(filepath.Separator), 2)[0]) {
 			continue
 		}
-		if err := extractEntry(rt, tr, h, name, dirs); err != nil {
+		if err := x.entry(h, name); err != nil {
 			return err
 		}
 	}
+	x.forget()
 	// The stream must end without error, not only the tar trailer.
 	if _, err := io.Copy(io.Discard, cr); err != nil {
 		return fmt.Errorf("reading the archive: %w", err)
 	}
-	return fixDirs(rt, dirs)
+	return fixDirs(rt, x.dirs)
 }
 
 // entryPath cleans an entry name into a relative file path, refusing one
@@ -254,59 +359,190 @@ func entryPath(n string) (string, error) {
 	return filepath.FromSlash(c), nil
 }
 
-func extractEntry(rt *os.Root, tr *tar.Reader, h *tar.Header, name string, dirs map[string]dirMeta) error {
+// maxOpenDirs bounds the directory handles an extractor keeps.
+const maxOpenDirs = 32
+
+// An extractor writes tar entries into the staging directory rt.
+//
+// The staging directory starts empty, so an entry usually lands on a
+// free name in a directory an earlier entry made: files and links are
+// created there right away (O_EXCL, never following a link), through a
+// handle of their directory, an os.Root opened under rt, by their plain
+// name. Only when that fails (the name is taken, the directory is
+// missing) is the entry's place cleared and made the long way, through
+// rt; whatever removes something forgets what is known first.
+type extractor struct {
+	rt   *os.Root
+	tr   *tar.Reader
+	dirs map[string]dirMeta // the directory entries' modes and times
+	// made holds directories that a directory entry made (or found a
+	// directory, not a link) and nothing removed since; parents holds
+	// the other paths MkdirAll was done for since.
+	made, parents map[string]bool
+	open          map[string]*os.Root // handles of directories in made or parents
+	buf           []byte
+}
+
+// forget drops what is known about the staging directory's contents.
+func (x *extractor) forget() {
+	for _, d := range x.open {
+		d.Close()
+	}
+	clear(x.open)
+	clear(x.made)
+	clear(x.parents)
+}
+
+func (x *extractor) entry(h *tar.Header, name string) error {
 	mode := fs.FileMode(h.Mode).Perm()
-	if h.Typeflag == tar.TypeDir {
-		if fi, err := rt.Lstat(name); err == nil && !fi.IsDir() {
-			if err := rt.RemoveAll(name); err != nil {
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if !x.made[name] && !x.mkdir(name) {
+			if fi, err := x.rt.Lstat(name); err == nil && !fi.IsDir() {
+				x.forget()
+				if err := x.rt.RemoveAll(name); err != nil {
+					return fmt.Errorf("extracting %q: %w", h.Name, err)
+				}
+			}
+			// Modes come last: a read-only directory must still be filled.
+			if err := x.rt.MkdirAll(name, 0o700); err != nil {
 				return fmt.Errorf("extracting %q: %w", h.Name, err)
 			}
+			x.made[name] = true
 		}
-		// Modes come last: a read-only directory must still be filled.
-		if err := rt.MkdirAll(name, 0o700); err != nil {
-			return fmt.Errorf("extracting %q: %w", h.Name, err)
-		}
-		dirs[name] = dirMeta{mode: mode, mtime: h.ModTime}
+		x.dirs[name] = dirMeta{mode: mode, mtime: h.ModTime}
 		return nil
-	}
-	if err := clearFor(rt, name); err != nil {
-		return fmt.Errorf("extracting %q: %w", h.Name, err)
-	}
-	switch h.Typeflag {
-	case tar.TypeReg:
-		f, err := rt.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return fmt.Errorf("extracting %q: %w", h.Name, err)
-		}
-		_, err = io.Copy(f, tr)
-		if err == nil {
-			err = f.Chmod(mode)
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil && !h.ModTime.IsZero() {
-			err = rt.Chtimes(name, h.ModTime, h.ModTime)
+	case tar.TypeReg, tar.TypeSymlink:
+		retry, err := x.create(h, name, mode)
+		if retry && (errors.Is(err, fs.ErrExist) || errors.Is(err, fs.ErrNotExist)) {
+			// An earlier entry has the name, or the directory is gone.
+			x.forget()
+			if err = clearFor(x.rt, name); err == nil {
+				_, err = x.create(h, name, mode)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("extracting %q: %w", h.Name, err)
 		}
-	case tar.TypeSymlink:
-		if err := rt.Symlink(h.Linkname, name); err != nil {
-			return fmt.Errorf("extracting %q: %w", h.Name, err)
-		}
+		return nil
 	case tar.TypeLink:
 		target, err := entryPath(h.Linkname)
 		if err != nil {
 			return err
 		}
-		if err := rt.Link(target, name); err != nil {
+		x.forget()
+		if err := clearFor(x.rt, name); err != nil {
+			return fmt.Errorf("extracting %q: %w", h.Name, err)
+		}
+		if err := x.rt.Link(target, name); err != nil {
 			return fmt.Errorf("extracting the hard link %q to %q: %w", h.Name, h.Linkname, err)
 		}
+		return nil
 	default:
 		return fmt.Errorf("%w: %q has unsupported tar type %q", sandboxes.ErrUnsafeArchive, h.Name, h.Typeflag)
 	}
-	return nil
+}
+
+// create makes the file or symbolic link of h at name, which must be
+// free. retry reports that it failed before anything was made or any of
+// the entry's contents read, so that it can be tried again.
+func (x *extractor) create(h *tar.Header, name string, mode fs.FileMode) (retry bool, err error) {
+	d, base, err := x.parent(name)
+	if err != nil {
+		return true, err
+	}
+	if h.Typeflag == tar.TypeSymlink {
+		return true, d.Symlink(h.Linkname, base)
+	}
+	// O_NONBLOCK does nothing to a regular file but spares os the
+	// fcntl calls it makes around its poller check.
+	f, err := d.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		return true, err
+	}
+	// Plain Writer and Reader, so that the copy goes through x.buf.
+	_, err = io.CopyBuffer(struct{ io.Writer }{f}, struct{ io.Reader }{x.tr}, x.buf)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && !h.ModTime.IsZero() {
+		err = d.Chtimes(base, h.ModTime, h.ModTime)
+	}
+	return false, err
+}
+
+// mkdir makes the directory name, at a free name in a directory known to
+// exist, and keeps a handle of it for what goes in it. It reports whether
+// it did; if not, nothing was made, and the entry takes the long way.
+func (x *extractor) mkdir(name string) bool {
+	dir, base := filepath.Split(name)
+	p, err := x.dirHandle(filepath.Clean(dir))
+	if err != nil || p.Mkdir(base, 0o700) != nil {
+		return false
+	}
+	x.made[name] = true
+	if d, err := p.OpenRoot(base); err == nil {
+		x.keep(name, d)
+	}
+	return true
+}
+
+// parent returns a handle of the directory name is in, made if need be,
+// and name's last element.
+func (x *extractor) parent(name string) (*os.Root, string, error) {
+	dir, base := filepath.Split(name)
+	d, err := x.dirHandle(filepath.Clean(dir))
+	return d, base, err
+}
+
+// dirHandle returns a handle of the directory dir, made if need be. One
+// that a directory entry made is opened in its parent's handle (its last
+// element is no link to follow), any other through rt.
+func (x *extractor) dirHandle(dir string) (*os.Root, error) {
+	if dir == "." {
+		return x.rt, nil
+	}
+	if d := x.open[dir]; d != nil {
+		return d, nil
+	}
+	var d *os.Root
+	if x.made[dir] {
+		p, err := x.dirHandle(filepath.Dir(dir))
+		if err != nil {
+			return nil, err
+		}
+		if d, err = p.OpenRoot(filepath.Base(dir)); err != nil {
+			return nil, err
+		}
+	} else {
+		if !x.parents[dir] {
+			if err := x.rt.MkdirAll(dir, 0o700); err != nil {
+				return nil, err
+			}
+			x.parents[dir] = true
+		}
+		var err error
+		if d, err = x.rt.OpenRoot(dir); err != nil {
+			return nil, err
+		}
+	}
+	x.keep(dir, d)
+	return d, nil
+}
+
+// keep keeps the handle d of the directory dir, dropping all the others
+// when there are too many.
+func (x *extractor) keep(dir string, d *os.Root) {
+	if len(x.open) >= maxOpenDirs {
+		for n, o := range x.open {
+			o.Close()
+			delete(x.open, n)
+		}
+	}
+	x.open[dir] = d
 }
 
 // clearFor makes room for a new non-directory entry at name: its parent
@@ -330,33 +566,53 @@ func clearFor(rt *os.Root, name string) error {
 	return rt.Remove(name)
 }
 
-// fixDirs gives every extracted directory its mode and time, deepest first
-// so that a directory closed to us is closed last.
+// fixDirs gives every extracted directory its mode and time (0755 and
+// no time for one without an entry of its own), each after everything
+// below it, so that a directory closed to us is closed last.
 func fixDirs(rt *os.Root, dirs map[string]dirMeta) error {
-	var all []string
-	err := fs.WalkDir(rt.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && p != "." {
-			all = append(all, filepath.FromSlash(p))
-		}
-		return nil
-	})
+	return fixDir(rt, ".", ".", dirs, 0)
+}
+
+// fixDir fixes the directories below sub of d; name is sub's path in the
+// staging directory and depth how deep it is.
+func fixDir(d *os.Root, sub, name string, dirs map[string]dirMeta, depth int) error {
+	f, err := d.OpenFile(sub, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("walking the staging directory: %w", err)
 	}
-	for _, name := range slices.Backward(all) {
-		meta, ok := dirs[name]
+	ents, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("walking the staging directory: %w", err)
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		rel, full := filepath.Join(sub, e.Name()), filepath.Join(name, e.Name())
+		if depth+1 < maxDirHandles {
+			c, err := d.OpenRoot(rel)
+			if err != nil {
+				return fmt.Errorf("walking the staging directory: %w", err)
+			}
+			err = fixDir(c, ".", full, dirs, depth+1)
+			c.Close()
+			if err != nil {
+				return err
+			}
+		} else if err := fixDir(d, rel, full, dirs, depth+1); err != nil {
+			return err
+		}
+		meta, ok := dirs[full]
 		if !ok {
 			meta.mode = 0o755
 		}
-		if err := rt.Chmod(name, meta.mode); err != nil {
-			return fmt.Errorf("setting the mode of %q: %w", name, err)
+		if err := d.Chmod(rel, meta.mode); err != nil {
+			return fmt.Errorf("setting the mode of %q: %w", full, err)
 		}
 		if !meta.mtime.IsZero() {
-			if err := rt.Chtimes(name, meta.mtime, meta.mtime); err != nil {
-				return fmt.Errorf("setting the time of %q: %w", name, err)
+			if err := d.Chtimes(rel, meta.mtime, meta.mtime); err != nil {
+				return fmt.Errorf("setting the time of %q: %w", full, err)
 			}
 		}
 	}

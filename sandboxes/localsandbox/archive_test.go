@@ -472,3 +472,100 @@ func TestLocalArchiveRestoreRoundTrip(t *testing.T) {
 	hop(chosen, back)
 	sameTree(t, "back in a root of ours", want, tree(t, back.State().Root))
 }
+
+// TestLocalRestoreLaterEntriesWin restores a stream in which names come
+// back: each later entry replaces what an earlier one put there, and a
+// file below a link to a directory lands in that directory, as before
+// Restore took its shortcuts for fresh names in known directories.
+func TestLocalRestoreLaterEntriesWin(t *testing.T) {
+	arch := makeTar(t,
+		tarEntry{name: "a", typ: tar.TypeReg, mode: 0o644, body: "one", mtime: t1},
+		tarEntry{name: "a", typ: tar.TypeReg, mode: 0o600, body: "two", mtime: t2},
+		tarEntry{name: "b", typ: tar.TypeReg, mode: 0o644, body: "file", mtime: t1},
+		tarEntry{name: "b/", typ: tar.TypeDir, mode: 0o750, mtime: t1},
+		tarEntry{name: "b/x", typ: tar.TypeReg, mode: 0o644, body: "bx", mtime: t1},
+		tarEntry{name: "c/", typ: tar.TypeDir, mode: 0o755, mtime: t1},
+		tarEntry{name: "c/y", typ: tar.TypeReg, mode: 0o644, body: "cy", mtime: t1},
+		tarEntry{name: "c", typ: tar.TypeReg, mode: 0o644, body: "c-file", mtime: t2},
+		tarEntry{name: "d/", typ: tar.TypeDir, mode: 0o755, mtime: t1},
+		tarEntry{name: "s", typ: tar.TypeSymlink, mode: 0o777, link: "d"},
+		tarEntry{name: "s/f", typ: tar.TypeReg, mode: 0o644, body: "through", mtime: t1},
+		tarEntry{name: "s/", typ: tar.TypeDir, mode: 0o700, mtime: t2},
+		tarEntry{name: "s/g", typ: tar.TypeReg, mode: 0o644, body: "g", mtime: t1},
+		tarEntry{name: "e/f", typ: tar.TypeReg, mode: 0o644, body: "ef", mtime: t1},
+		tarEntry{name: "e", typ: tar.TypeSymlink, mode: 0o777, link: "d"},
+		tarEntry{name: "e/h", typ: tar.TypeReg, mode: 0o644, body: "h", mtime: t1},
+		tarEntry{name: "l", typ: tar.TypeSymlink, mode: 0o777, link: "a"},
+		tarEntry{name: "l", typ: tar.TypeSymlink, mode: 0o777, link: "c"},
+		tarEntry{name: "d/", typ: tar.TypeDir, mode: 0o750, mtime: t2},
+	)
+	for _, kind := range sandboxKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			inst := createKind(t, newBackend(t), kind.chosen)
+			root := inst.State().Root
+			if err := inst.Restore(t.Context(), bytes.NewReader(arch)); err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			f := func(mode, body string, mt time.Time) string {
+				return mode + " " + sum(body) + " " + mt.Format(time.RFC3339Nano)
+			}
+			want := map[string]string{
+				"a":   f("-rw-------", "two", t2),
+				"b":   "drwxr-x--- " + t1.Format(time.RFC3339Nano),
+				"b/x": f("-rw-r--r--", "bx", t1),
+				"c":   f("-rw-r--r--", "c-file", t2),
+				"d":   "drwxr-x--- " + t2.Format(time.RFC3339Nano),
+				"d/f": f("-rw-r--r--", "through", t1),
+				"d/h": f("-rw-r--r--", "h", t1),
+				"s":   "drwx------ " + t2.Format(time.RFC3339Nano),
+				"s/g": f("-rw-r--r--", "g", t1),
+				"e":   "Lrwxrwxrwx -> d",
+				"l":   "Lrwxrwxrwx -> c",
+			}
+			sameTree(t, "after restore", want, tree(t, root))
+			checkNoStaging(t, inst)
+		})
+	}
+}
+
+// TestLocalArchiveRestoreDeep carries a tree deeper than the walks keep a
+// directory handle per level.
+func TestLocalArchiveRestoreDeep(t *testing.T) {
+	ctx := t.Context()
+	b := newBackend(t)
+	src := createKind(t, b, false)
+	root := src.State().Root
+	p := root
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	var dirs []string
+	for i := range maxDirHandles + 10 {
+		p = filepath.Join(p, fmt.Sprintf("d%d", i))
+		writeTestFile(t, filepath.Join(p, "f"), fmt.Sprint(i), 0o640)
+		if err := os.Symlink("f", filepath.Join(p, "l")); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, p)
+	}
+	for _, d := range slices.Backward(dirs) {
+		if err := os.Chtimes(filepath.Join(d, "f"), old, old); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dirs[len(dirs)-1], 0o500); err != nil {
+		t.Fatal(err)
+	}
+	want := tree(t, root)
+
+	var buf bytes.Buffer
+	if err := src.Archive(ctx, &buf); err != nil {
+		t.Fatal(err)
+	}
+	dst := createKind(t, b, true)
+	if err := dst.Restore(ctx, &buf); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "after the round trip", want, tree(t, dst.State().Root))
+}
