@@ -78,18 +78,25 @@ func (c *Client) Wait(ctx context.Context, threadKey, id string) (MessageResult,
 	for {
 		var res MessageResult
 		resp, err := c.tc.QueryWorkflow(ctx, AgentWorkflowID(threadKey), "", QueryMessage, id)
-		if err != nil {
-			err = c.translate(err)
-			if errors.Is(err, ErrDestroyed) {
+		switch {
+		case err == nil:
+			if err := resp.Get(&res); err != nil {
 				return res, err
 			}
-			return res, fmt.Errorf("waiting for message %s: %w", id, err)
-		}
-		if err := resp.Get(&res); err != nil {
-			return res, err
-		}
-		if (res.Result != nil && res.Result.Delivered) || res.Forgotten {
-			return res, nil
+			if (res.Result != nil && res.Result.Delivered) || res.Forgotten {
+				return res, nil
+			}
+		case ctx.Err() != nil:
+			return res, fmt.Errorf("waiting for message %s: %w", id, ctx.Err())
+		default:
+			err = c.translate(err)
+			var refused *RefusedError
+			if errors.Is(err, ErrDestroyed) || errors.Is(err, ErrNoSession) || errors.As(err, &refused) {
+				return res, err
+			}
+			// A query can time out or fail while the worker is busy or a
+			// workflow task is being retried; the session is still there,
+			// so ask again (ctx bounds the wait).
 		}
 		select {
 		case <-ctx.Done():

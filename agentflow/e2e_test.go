@@ -118,7 +118,7 @@ func newRig(t *testing.T, opts rigOptions) *rig {
 		Chat: map[string]agentflow.ChatSender{"term": terminal.NewSender(r.terminal)}, Temporal: tc,
 		Secrets: []string{"sk-test-secret-key"},
 	}
-	w := worker.New(tc, agentflow.TaskQueue, worker.Options{})
+	w := worker.New(tc, agentflow.TaskQueue, testenv.WorkerOptions())
 	agentworker.Register(w, acts)
 	if err := w.Start(); err != nil {
 		t.Fatal(err)

@@ -83,18 +83,23 @@ func Chunk(text string, limit int) []string {
 // added lines count within the limit. The opening and closing lines of a
 // block are never cut, the closing line stays with code before it, and a
 // block that fits in one part is moved whole to the next part rather than
-// cut when that costs no extra part. A block left open at the end of text
-// is closed. A cut inside a line never leaves a line that reads as a fence.
-// Only a block whose opening and closing lines (up to their '\n'; the
-// fence alone for a block left open) and seven more characters exceed a
-// cap, so that it could not be closed, reopened and still carry code, is
-// cut as plain text.
+// cut when the parts have room to spare. A block left open at the end of
+// text is closed. A cut inside a line never leaves a line that reads as a
+// fence (if white space is dropped there, a tab or four spaces of it are
+// kept instead). Two things too long to fit a part are cut as plain text:
+// a block whose opening and closing lines (up to their '\n'; the fence
+// alone for a block left open) and seven more characters exceed a cap, so
+// that it could not be closed, reopened and still carry code; and a run of
+// backticks or tildes that would start a part as a fence line unless kept
+// with what comes before it on its line, when it and six more characters
+// (and the fence lines of the block it is in) exceed a cap.
 //
 // No part is empty or only white space, and white space at a cut is
 // dropped (as are blank lines before the text and white space after it),
-// but the indentation of the line a part starts with is kept if it fits. Joining the
-// parts, without the added fence lines, gives back text except for white
-// space at the cuts. Text with nothing but white space gives no parts.
+// but the indentation of the line a part starts with is kept if it fits.
+// Joining the parts, without the added fence lines, gives back text except
+// for white space at the cuts. Text with nothing but white space gives no
+// parts.
 func ChunkLimits(text string, lim Limits) []string {
 	c := newChunker(text, lim.normalized())
 	var parts []string
@@ -102,9 +107,12 @@ func ChunkLimits(text string, lim Limits) []string {
 	p := c.skip(0)
 	before := utf8.RuneCountInString(text[:p])
 	for p < len(text) {
-		part, e, n := c.next(p, total-before)
+		part, e, n, resume := c.next(p, total-before)
 		parts = append(parts, part)
 		q := c.skip(e)
+		if resume > 0 {
+			q = resume
+		}
 		before += n + utf8.RuneCountInString(text[e:q])
 		p = q
 	}
@@ -433,7 +441,7 @@ func (c *chunker) scanFences() {
 			cur = &fenceBlock{
 				start: l.start, body: next, closeStart: len(text), end: len(text),
 				ch: ch, n: n,
-				reopen: strings.TrimRight(raw, " \t\r"),
+				reopen: strings.TrimRightFunc(raw, unicode.IsSpace),
 				close:  strings.Repeat(string(ch), n),
 			}
 			openLine = raw
@@ -558,18 +566,20 @@ func (c *chunker) reopened(p int) *fenceBlock {
 
 // cand is a possible cut.
 type cand struct {
-	set   bool
-	e     int         // cut position
-	runes int         // runes of the text from the part's start to e
-	fill  float64     // how full the part is
-	done  float64     // how much of the text it takes, in parts
-	close *fenceBlock // block to close at the end of the part
-	keep  bool        // the cut keeps the next block whole
+	set    bool
+	e      int         // cut position
+	resume int         // where the next part starts, if not after the white space at e
+	runes  int         // runes of the text from the part's start to e
+	fill   float64     // how full the part is
+	done   float64     // how much of the text it takes, in parts
+	close  *fenceBlock // block to close at the end of the part
+	keep   bool        // the cut keeps the next block whole
 }
 
 // next returns the part starting at p (rem runes of text being left), where
-// it ends in text and how many runes of text that is.
-func (c *chunker) next(p, rem int) (part string, end, runes int) {
+// it ends in text, how many runes of text that is, and where the next part
+// starts if not after the white space at end (else 0).
+func (c *chunker) next(p, rem int) (part string, end, runes, resume int) {
 	var (
 		prefix string
 		best   [nClasses]cand
@@ -579,7 +589,7 @@ func (c *chunker) next(p, rem int) (part string, end, runes int) {
 		prefix = in.reopen + "\n"
 	}
 	if part, e, n, final := c.scan(p, prefix, &best); final {
-		return part, e, n
+		return part, e, n, 0
 	}
 	start, skipped := p, 0
 	if !slices.ContainsFunc(best[:], func(b cand) bool { return b.set }) {
@@ -588,11 +598,11 @@ func (c *chunker) next(p, rem int) (part string, end, runes int) {
 		start = c.unindent(p, in)
 		skipped = utf8.RuneCountInString(c.text[p:start])
 		if part, e, n, final := c.scan(start, prefix, &best); final {
-			return part, e, skipped + n
+			return part, e, skipped + n, 0
 		}
 	}
 	b := c.choose(&best, start, rem-skipped)
-	return c.build(prefix, start, b.e, b.close), b.e, skipped + b.runes
+	return c.build(prefix, start, b.e, b.close), b.e, skipped + b.runes, b.resume
 }
 
 // unindent returns where the line at p starts without its indentation,
@@ -640,8 +650,9 @@ func (c *chunker) scan(p int, prefix string, best *[nClasses]cand) (part string,
 		prev  rune
 		ri    int // regional indicators just before e
 		// white space run cache: from wsFrom to wsTo the next non-white-space
-		// rune on the line is at wsNext (-1: the line ends first)
-		wsFrom, wsTo, wsNext = -1, -1, -1
+		// rune on the line is at wsNext (-1: the line ends first), and the
+		// last white space in the run that is not a space at wsKeep (-1)
+		wsFrom, wsTo, wsNext, wsKeep = -1, -1, -1, -1
 	)
 	for e := p; e < len(text); {
 		r, size := utf8.DecodeRuneInString(text[e:])
@@ -701,25 +712,39 @@ func (c *chunker) scan(p int, prefix string, best *[nClasses]cand) (part string,
 		atLine := prev == '\n'
 		next, _ := utf8.DecodeRuneInString(text[e:])
 
-		fake := false
+		fake, resume := false, 0
 		if !atLine && (in == nil || closing != nil) {
 			// The part's last line and the next part's first line must not
 			// read as fence lines they were not.
 			q := e
 			if unicode.IsSpace(next) {
 				if e < wsFrom || e >= wsTo {
-					wsFrom, wsTo, wsNext = c.spaceRun(e)
+					wsFrom, wsTo, wsNext, wsKeep = c.spaceRun(e)
 				}
 				q = wsNext
 			}
 			l := &c.lines[li]
+			var head, tail bool // the part's last line, the next one's first
 			if in == nil {
-				fake = probe.opener() || (q >= 0 && (strings.HasPrefix(text[q:], "~~~") ||
-					strings.HasPrefix(text[q:], "```") && q >= l.lastBTRun))
+				head = probe.opener()
+				tail = q >= 0 && (strings.HasPrefix(text[q:], "~~~") ||
+					strings.HasPrefix(text[q:], "```") && q >= l.lastBTRun)
 			} else {
-				fake = probe.closer(in.ch, in.n) || (q >= 0 && text[q] == in.ch && l.lastNWS >= q &&
-					text[l.lastNWS] == in.ch && q >= l.trailRun && l.lastNWS+1-q >= in.n)
+				head = probe.closer(in.ch, in.n)
+				tail = q >= 0 && text[q] == in.ch && l.lastNWS >= q &&
+					text[l.lastNWS] == in.ch && q >= l.trailRun && l.lastNWS+1-q >= in.n
 			}
+			if tail && !head && q > e {
+				// Start the next part indented by a tab (or any white
+				// space but a space) or four spaces: not a fence line.
+				switch {
+				case wsKeep >= e:
+					resume = wsKeep
+				case q-e >= 4:
+					resume = q - 4
+				}
+			}
+			fake = head || (tail && resume == 0)
 		}
 
 		var cls int
@@ -754,7 +779,7 @@ func (c *chunker) scan(p int, prefix string, best *[nClasses]cand) (part string,
 		default:
 			cls = clsRune
 		}
-		b := cand{set: true, e: e, runes: rc, fill: lim.fill(pr+tr+sr, pb+tb+sb), done: lim.fill(rc, e-p), close: closing}
+		b := cand{set: true, e: e, resume: resume, runes: rc, fill: lim.fill(pr+tr+sr, pb+tb+sb), done: lim.fill(rc, e-p), close: closing}
 		if cls == clsBlock && fi < len(c.fences) && c.fences[fi].start == e {
 			f := &c.fences[fi]
 			b.keep = f.ok && lim.fits(f.runes, f.bytes)
@@ -834,21 +859,26 @@ func (c *chunker) wordFits(b cand) bool {
 	return true
 }
 
-// spaceRun returns the run of white space on a line around e, and the
-// first rune after it on the line (-1 if the line ends first).
-func (c *chunker) spaceRun(e int) (from, to, next int) {
+// spaceRun returns the run of white space on a line from e, the first rune
+// after it on the line (-1 if the line ends first), and the last white
+// space in the run that is not a space (-1 if none).
+func (c *chunker) spaceRun(e int) (from, to, next, keep int) {
 	text := c.text
+	keep = -1
 	for i := e; i < len(text); {
 		r, size := utf8.DecodeRuneInString(text[i:])
 		if r == '\n' {
-			return e, i, -1
+			return e, i, -1, keep
 		}
 		if !unicode.IsSpace(r) {
-			return e, i, i
+			return e, i, i, keep
+		}
+		if r != ' ' {
+			keep = i
 		}
 		i += size
 	}
-	return e, len(text), -1
+	return e, len(text), -1, keep
 }
 
 func (c *chunker) build(prefix string, p, e int, closing *fenceBlock) string {

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode"
 	"unicode/utf8"
@@ -16,7 +17,23 @@ import (
 // The test's own reading of fenced code blocks (CommonMark, top level), to
 // check Chunk against something it does not share code with.
 
-var openFenceRE = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})(.*)$")
+var (
+	openFenceRE = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})(.*)$")
+	fenceRunRE  = regexp.MustCompile("`{3,}|~{3,}")
+)
+
+var closeFenceRE sync.Map // fence → *regexp.Regexp
+
+// closerOf returns the pattern of the lines that close a block opened with
+// fence.
+func closerOf(fence string) *regexp.Regexp {
+	if re, ok := closeFenceRE.Load(fence); ok {
+		return re.(*regexp.Regexp)
+	}
+	re := regexp.MustCompile("^ {0,3}" + regexp.QuoteMeta(fence) + regexp.QuoteMeta(fence[:1]) + "*[ \t]*$")
+	closeFenceRE.Store(fence, re)
+	return re
+}
 
 // refFence is a fenced block of a text: [start, openEnd) is the opening
 // line without trailing white space, body the line after it; a closed block
@@ -53,17 +70,17 @@ func refFences(text string, lim bot.Limits) []refFence {
 				break
 			}
 			cur = &refFence{
-				start: pos, openEnd: pos + len(strings.TrimRight(noNL, " \t\r")), body: next,
+				start: pos, openEnd: pos + len(strings.TrimRightFunc(noNL, unicode.IsSpace)), body: next,
 				closeStart: len(text), closeRun: len(text), closeEnd: len(text),
-				reopen: strings.TrimRight(noNL, " \t\r"), close: m[1],
+				reopen: strings.TrimRightFunc(noNL, unicode.IsSpace), close: m[1],
 			}
 			openLine = noNL
-			closer = regexp.MustCompile("^ {0,3}" + regexp.QuoteMeta(m[1]) + regexp.QuoteMeta(m[1][:1]) + "*[ \t]*$")
+			closer = closerOf(m[1])
 		case closer.MatchString(line):
 			cur.closed = true
 			cur.closeStart = pos
 			cur.closeRun = pos + len(line) - len(strings.TrimLeft(line, " "))
-			cur.closeEnd = pos + len(strings.TrimRight(noNL, " \t\r"))
+			cur.closeEnd = pos + len(strings.TrimRightFunc(noNL, unicode.IsSpace))
 			cur.ok = short(openLine, noNL)
 			out = append(out, *cur)
 			cur = nil
@@ -225,9 +242,26 @@ func checkChunks(t testing.TB, text string, lim bot.Limits, parts []string) {
 		return
 	}
 	fences := refFences(text, lim)
+	// Parts are balanced unless text has what ChunkLimits cuts as plain
+	// text: a block with fence lines too long, or a run of fence characters
+	// too long to fit a part with six more characters and the fence lines
+	// of its block.
 	allOK := true
 	for _, f := range fences {
 		allOK = allOK && f.ok
+	}
+	for _, run := range fenceRunRE.FindAllStringIndex(text, -1) {
+		t := run[1] - run[0]
+		r, b := t+6, t+6
+		for _, f := range fences {
+			if f.ok && f.body <= run[0] && (!f.closed || run[0] < f.closeStart) {
+				r += utf8.RuneCountInString(f.reopen) + len(f.close)
+				b += len(f.reopen) + len(f.close)
+			}
+		}
+		if (lim.Runes > 0 && r > lim.Runes) || (lim.Bytes > 0 && b > lim.Bytes) {
+			allOK = false
+		}
 	}
 	for i, p := range parts {
 		if strings.TrimSpace(p) == "" {
@@ -253,6 +287,7 @@ func checkChunks(t testing.TB, text string, lim bot.Limits, parts []string) {
 
 func TestChunk(t *testing.T) {
 	family := "👨\u200d👩\u200d👧\u200d👦" // 7 runes, one grapheme cluster
+	words := func(n int) string { return strings.TrimSpace(strings.Repeat("word ", n)) }
 	tests := []struct {
 		name  string
 		text  string
@@ -285,6 +320,9 @@ func TestChunk(t *testing.T) {
 		{name: "fence moved whole rather than cut", limit: 40,
 			text: "Here is the fix for it.\n\n```go\nx := 1\ny := 2\nz := 3\n```",
 			want: []string{"Here is the fix for it.", "```go\nx := 1\ny := 2\nz := 3\n```"}},
+		{name: "fence kept whole when parts have room to spare", limit: 100,
+			text: words(11) + ".\n\n```go\n" + strings.Repeat("x := 1\n", 7) + "```\n\n" + words(24) + ".",
+			want: []string{words(11) + ".", "```go\n" + strings.Repeat("x := 1\n", 7) + "```\n\n" + words(8), words(16) + "."}},
 		{name: "fence with info string", limit: 40,
 			text: "```python title=\"a.py\"\nprint(1)\nprint(2)\nprint(3)\n```",
 			want: []string{"```python title=\"a.py\"\nprint(1)\n```", "```python title=\"a.py\"\nprint(2)\n```", "```python title=\"a.py\"\nprint(3)\n```"}},
@@ -295,6 +333,11 @@ func TestChunk(t *testing.T) {
 			text: "````md\n```go\nx := 1\n```\nmore\n````",
 			want: []string{"````md\n```go\nx := 1\n```\n````", "````md\nmore\n````"}},
 		{name: "unclosed fence is closed", text: "```sh\necho hi\n", limit: 2000, want: []string{"```sh\necho hi\n```"}},
+		{name: "code line ending in a fence-like run", text: "```000000000000000000000\n00          ```", limit: 40,
+			want: []string{"```000000000000000000000\n00\n```", "```000000000000000000000\n    ```\n```"}},
+		{name: "prose with a fence-like run", text: "see the " + strings.Repeat(" ", 20) + "```go part", limit: 20,
+			want: []string{"see the", "    ```go part"}},
+		{name: "fence with white space for info", text: "```\f\nx", limit: 20, want: []string{"```\f\nx\n```"}},
 		{name: "closing line stays with its code", text: "```\n" + strings.Repeat("a", 12) + "\n`````", limit: 20,
 			want: []string{"```\n" + strings.Repeat("a", 11) + "\n```", "```\na\n`````"}},
 		{name: "fewest parts beats a nicer cut", limit: 40,
@@ -302,6 +345,8 @@ func TestChunk(t *testing.T) {
 			want: []string{strings.Repeat("a", 22) + "\n\n" + strings.Repeat("b", 16), strings.Repeat("c", 16) + "\n" + strings.Repeat("d", 20)}},
 		{name: "inline code span kept whole", text: "run `go test ./...` now please", limit: 20,
 			want: []string{"run `go test ./...`", "now please"}},
+		{name: "inline code span moved whole", text: "some words here then `go test -race ./...`", limit: 30,
+			want: []string{"some words here then", "`go test -race ./...`"}},
 		{name: "CJK near the limit", text: strings.Repeat("漢字", 25), limit: 20,
 			want: []string{strings.Repeat("漢字", 10), strings.Repeat("漢字", 10), strings.Repeat("漢字", 5)}},
 		{name: "CJK breaks after punctuation", text: "これはテストです。" + strings.Repeat("漢", 15), limit: 20,
@@ -464,7 +509,7 @@ func TestChunkDiscordAnswer(t *testing.T) {
 // lines longer than the limit, CJK, emoji and CR LF.
 func TestChunkProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 3000 {
+	for range 3000 {
 		text := genMarkdown(rng)
 		var lim bot.Limits
 		switch rng.IntN(4) {
@@ -477,11 +522,7 @@ func TestChunkProperties(t *testing.T) {
 		default:
 			lim.Runes, lim.Bytes = 20+rng.IntN(200), 20+rng.IntN(200)
 		}
-		parts := bot.ChunkLimits(text, lim)
-		t.Run(fmt.Sprintf("doc %d", i), func(t *testing.T) { checkChunks(t, text, lim, parts) })
-		if t.Failed() {
-			return
-		}
+		checkChunks(t, text, lim, bot.ChunkLimits(text, lim))
 		tl := 1 + rng.IntN(60)
 		if got := bot.Truncate(text, tl); !truncateOK(text, tl, got) {
 			t.Fatalf("Truncate(%q, %d) = %q", text, tl, got)
@@ -657,6 +698,8 @@ func FuzzChunk(f *testing.F) {
 		"aaaaaaaaaaaaaaaaa ```x y z\n```a`b\n~~~~x\n",
 		"```" + strings.Repeat("i", 30) + "\ncode\n" + strings.Repeat("`", 12),
 		"\xed\xa0\x80\xed\xb0\x80 invalid \xff\xfe utf-8",
+		"```\f", // white space other than spaces after a fence
+		"```000000000000000000000\n00          ```", // code ending in a fence-like run
 	}
 	for i, s := range seeds {
 		f.Add(s, uint16(i*7), uint16(0))

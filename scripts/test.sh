@@ -26,4 +26,7 @@ echo "== tests" >&2
 if (($# == 0)); then
 	set -- ./...
 fi
-go test -race -count=1 -timeout 30m "$@"
+# One package at a time: packages start their own Temporal servers,
+# containers and Redis, and two cores under the race detector are enough
+# for one.
+go test -race -count=1 -p 1 -timeout 45m "$@"

@@ -88,7 +88,7 @@ func TestSlackEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := worker.New(tc, agentflow.TaskQueue, worker.Options{})
+	w := worker.New(tc, agentflow.TaskQueue, testenv.WorkerOptions())
 	agentworker.Register(w, &agentflow.Activities{
 		Sandboxes: reg, Blobs: blobs, Model: llmc, ModelName: "fake", Temporal: tc,
 		Chat: map[string]agentflow.ChatSender{slackbot.Platform: sender},

@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/client"
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/agentbot/agentbot/internal/devserver"
 )
@@ -103,3 +104,11 @@ func (quietLogger) Error(msg string, kv ...any) { fmt.Fprintln(os.Stderr, "tempo
 // Logger is a Temporal SDK logger for tests: it prints only errors and
 // failure warnings.
 func Logger() quietLogger { return quietLogger{} }
+
+// WorkerOptions are the worker options of tests. Tests run with the race
+// detector on two loaded cores, where a workflow task can be kept off the CPU
+// for longer than the SDK's default deadlock detection (1 s) allows; the
+// workflow code never blocks, so the detector would only report the load.
+func WorkerOptions() worker.Options {
+	return worker.Options{DeadlockDetectionTimeout: 15 * time.Second}
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -325,7 +326,15 @@ func TestDockerExec(t *testing.T) {
 			"FROM_SPEC": "spec", "FROM_REQ": "a b\nc", "BOTH": "req",
 			"PWD": "/workspace", "SHLVL": "1", // set by the shell itself
 		}
+		// The marker that finds the command's processes: "<id>/<nonce>".
+		if !regexp.MustCompile(`(?m)^` + sandboxes.MarkerEnv + `=[0-9a-f]{12}/[0-9a-f]+$`).MatchString(out) {
+			t.Errorf("env lacks the %s marker:\n%s", sandboxes.MarkerEnv, out)
+		}
+		want[sandboxes.MarkerEnv] = ""
 		for k, v := range want {
+			if k == sandboxes.MarkerEnv {
+				continue
+			}
 			if !strings.Contains(out, k+"="+v+"\n") {
 				t.Errorf("env lacks %s=%q:\n%s", k, v, out)
 			}
