@@ -10,20 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
-
 	"github.com/agentbot/agentbot/agentflow"
-	"github.com/agentbot/agentbot/agentflow/llm"
 	"github.com/agentbot/agentbot/bot"
 	slackbot "github.com/agentbot/agentbot/bot/slack"
-	"github.com/agentbot/agentbot/internal/agentworker"
-	"github.com/agentbot/agentbot/internal/fakeopenai"
 	"github.com/agentbot/agentbot/internal/fakeslack"
+	"github.com/agentbot/agentbot/internal/stacktest"
 	"github.com/agentbot/agentbot/internal/testenv"
-	"github.com/agentbot/agentbot/sandboxes"
-	"github.com/agentbot/agentbot/sandboxes/dockersandbox"
-	"github.com/agentbot/agentbot/sandboxes/localsandbox"
 	"github.com/agentbot/agentbot/store"
 )
 
@@ -34,73 +26,24 @@ import (
 // protocols.
 func TestSlackEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	if err := testenv.CheckDocker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := testenv.StartTemporal(ctx, testenv.TemporalOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
 	redisSrv := testenv.StartRedis(ctx, t)
 	cache, err := store.NewRedisCache(redisSrv.URL(), store.RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cache.Close() })
-
 	fs := fakeslack.New(fakeslack.Options{})
 	t.Cleanup(fs.Close)
-	model := fakeopenai.New(fakeopenai.Options{Script: fakeopenai.DirectiveScript()})
-	t.Cleanup(model.Close)
-
-	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: testenv.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
-
-	// The worker: sandboxes, blob store, model, and the Slack sender.
-	reg := sandboxes.NewRegistry()
-	lb, err := localsandbox.New(localsandbox.Options{BaseDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := dockersandbox.New(dockersandbox.Options{Image: testenv.TestImage()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	for name, b := range map[string]sandboxes.Backend{"local": lb, "docker": db} {
-		if err := reg.Register(name, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	blobs, err := store.OpenBlobs(ctx, "file://"+t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	llmc, err := llm.New(llm.Config{BaseURL: model.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: "xoxb-fake", APIURL: fs.APIURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := worker.New(tc, agentflow.TaskQueue, testenv.WorkerOptions())
-	agentworker.Register(w, &agentflow.Activities{
-		Sandboxes: reg, Blobs: blobs, Model: llmc, ModelName: "fake", Temporal: tc,
-		Chat: map[string]agentflow.ChatSender{slackbot.Platform: sender},
-	})
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
+	stack := stacktest.Start(t, map[string]agentflow.ChatSender{slackbot.Platform: sender})
+	model := stack.Model
 
 	// The gateway: Router and the Slack inbound over HTTP.
 	access := bot.Access{Users: []string{"UALICE", "UBOB"}}
-	router := &bot.Router{Sessions: agentflow.NewClient(tc), Cache: cache, Access: access,
+	router := &bot.Router{Sessions: stack.Sessions, Cache: cache, Access: access,
 		Backends: []string{"local", "docker"}, DefaultBackend: "local"}
 	in := slackbot.NewInbound(slackbot.InboundConfig{BotToken: "xoxb-fake", SigningSecret: "fake-signing-secret",
 		APIURL: fs.APIURL(), Backends: router.Backends, Access: &access}, router, nil)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/bot"
+	discordbot "github.com/agentbot/agentbot/bot/discord"
 	slackbot "github.com/agentbot/agentbot/bot/slack"
 	"github.com/agentbot/agentbot/bot/terminal"
 	"github.com/agentbot/agentbot/internal/agentworker"
@@ -62,13 +63,14 @@ func run() error {
 	// In the terminal the terminal is the chat: logs go to a file so they
 	// do not mix with the conversation. Serving Slack, they go to stderr.
 	slackMode := cfg.SlackBotToken != ""
+	discordMode := cfg.DiscordToken != ""
 	logFile, err := os.OpenFile(filepath.Join(cfg.StateDir, "bot.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
 	var logOut io.Writer = logFile
-	if slackMode {
+	if slackMode || discordMode {
 		logOut = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
@@ -134,8 +136,8 @@ func run() error {
 		},
 		WebUI: webUI, Namespace: cfg.TemporalNamespace, Logger: logger,
 	}
-	if slackMode {
-		return serveSlack(ctx, cfg, router, access, backends, logger)
+	if slackMode || discordMode {
+		return serveChat(ctx, cfg, router, access, backends, logger)
 	}
 	chat := &terminal.Chat{
 		Router: router, Client: router.Sessions, In: os.Stdin, Out: os.Stdout,
@@ -176,39 +178,70 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...interface{}) {}
 
-// serveSlack runs the Slack gateway until ctx ends: Socket Mode with an app
-// token, else the HTTP Events API on cfg.HTTPAddr. It acknowledges every
-// event before handling it and drains what it acknowledged at shutdown.
-func serveSlack(ctx context.Context, cfg config.Config, router *bot.Router, access bot.Access, backends []string, logger *slog.Logger) error {
-	in := slackbot.NewInbound(slackbot.InboundConfig{
-		BotToken: cfg.SlackBotToken, AppToken: cfg.SlackAppToken, SigningSecret: cfg.SlackSigningSecret,
-		APIURL: cfg.SlackAPIURL, Logger: logger, Backends: backends, Access: &access,
-	}, router, nil)
-	if err := in.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = in.Shutdown(sctx)
-	}()
-	if cfg.SlackAppToken != "" {
-		logger.Info("serving Slack over Socket Mode")
-		return in.RunSocketMode(ctx)
-	}
+// serveChat serves the configured chat platforms until ctx ends: Slack
+// over Socket Mode (with an app token) or the HTTP Events API, Discord over
+// its gateway and, with a public key, HTTP interactions. Every event is
+// acknowledged before it is handled; what was acknowledged is drained at
+// shutdown.
+func serveChat(ctx context.Context, cfg config.Config, router *bot.Router, access bot.Access, backends []string, logger *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	mux := http.NewServeMux()
-	mux.Handle("/slack/", in.HTTPHandler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	logger.Info("serving the Slack Events API", "addr", cfg.HTTPAddr)
+	serveHTTP := false
+	errc := make(chan error, 3)
+
+	if cfg.SlackBotToken != "" {
+		in := slackbot.NewInbound(slackbot.InboundConfig{
+			BotToken: cfg.SlackBotToken, AppToken: cfg.SlackAppToken, SigningSecret: cfg.SlackSigningSecret,
+			APIURL: cfg.SlackAPIURL, Logger: logger, Backends: backends, Access: &access,
+		}, router, nil)
+		if err := in.Start(ctx); err != nil {
+			return err
+		}
+		defer shutdown(in.Shutdown)
+		if cfg.SlackAppToken != "" {
+			logger.Info("serving Slack over Socket Mode")
+			go func() { errc <- in.RunSocketMode(ctx) }()
+		} else {
+			logger.Info("serving the Slack Events API", "addr", cfg.HTTPAddr)
+			mux.Handle("/slack/", in.HTTPHandler())
+			serveHTTP = true
+		}
+	}
+	if cfg.DiscordToken != "" {
+		in, err := discordbot.NewInbound(discordbot.InboundConfig{
+			Token: cfg.DiscordToken, AppID: cfg.DiscordAppID, PublicKey: cfg.DiscordPublicKey,
+			GuildID: cfg.DiscordGuildID, Backends: backends, Logger: logger, ThreadPerSession: cfg.DiscordThreads,
+		}, router)
+		if err != nil {
+			return err
+		}
+		if err := in.Start(ctx); err != nil {
+			return err
+		}
+		defer shutdown(in.Shutdown)
+		logger.Info("serving Discord over the gateway")
+		if cfg.DiscordPublicKey != "" {
+			mux.Handle("/discord/", in.HTTPHandler())
+			serveHTTP = true
+		}
+	}
+	if serveHTTP {
+		srv := &http.Server{Addr: cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- srv.ListenAndServe() }()
+		defer shutdown(srv.Shutdown)
+	}
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
+		return nil
 	}
+}
+
+func shutdown(f func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = f(ctx)
 }

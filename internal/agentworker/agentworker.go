@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/agentflow/llm"
+	discordbot "github.com/agentbot/agentbot/bot/discord"
 	slackbot "github.com/agentbot/agentbot/bot/slack"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/fakeopenai"
@@ -121,6 +122,13 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 			return nil, fmt.Errorf("slack sender: %w", err)
 		}
 		chat[slackbot.Platform] = sender
+	}
+	if cfg.DiscordToken != "" && chat[discordbot.Platform] == nil {
+		sender, err := discordbot.NewSender(discordbot.SenderConfig{Token: cfg.DiscordToken, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("discord sender: %w", err)
+		}
+		chat[discordbot.Platform] = sender
 	}
 
 	acts := &agentflow.Activities{

@@ -71,6 +71,15 @@ type Config struct {
 	SlackAPIURL        string
 	HTTPAddr           string
 
+	// Discord. With DiscordToken set the bot serves Discord over the
+	// gateway, and interactions also over HTTP when DiscordPublicKey is
+	// set. DiscordGuildID registers the /agent command in one guild.
+	DiscordToken     string
+	DiscordAppID     string
+	DiscordPublicKey string
+	DiscordGuildID   string
+	DiscordThreads   bool
+
 	// Access control (comma-separated IDs; empty lists allow everyone).
 	AllowedUsers    []string
 	AllowedChannels []string
@@ -119,6 +128,11 @@ var Vars = []Var{
 	{"SLACK_SIGNING_SECRET", "", "Slack signing secret (secret): the HTTP Events API, when there is no app token"},
 	{"AGENTBOT_SLACK_API_URL", "https://slack.com/api/", "Slack Web API base URL"},
 	{"AGENTBOT_HTTP_ADDR", ":8080", "listen address of the HTTP endpoints (Slack events, commands, interactivity)"},
+	{"DISCORD_TOKEN", "", "Discord bot token (secret); set to serve Discord"},
+	{"DISCORD_APP_ID", "", "Discord application ID"},
+	{"DISCORD_PUBLIC_KEY", "", "Discord application public key (hex): interactions over HTTP at /discord/interactions"},
+	{"DISCORD_GUILD_ID", "(global)", "register /agent in this guild only (instant), else globally"},
+	{"AGENTBOT_DISCORD_THREADS", "false", "true: /agent new in a text channel opens a thread instead of binding the channel"},
 	{"AGENTBOT_ALLOWED_USERS", "(everyone)", "comma-separated user IDs allowed to use the bot"},
 	{"AGENTBOT_ALLOWED_CHANNELS", "(every channel)", "comma-separated channel IDs the bot answers in"},
 	{"AGENTBOT_ALLOWED_ROLES", "(any role)", "comma-separated Discord role IDs allowed"},
@@ -197,6 +211,11 @@ func Load(environ []string) (Config, error) {
 		SlackSigningSecret: get("SLACK_SIGNING_SECRET", ""),
 		SlackAPIURL:        get("AGENTBOT_SLACK_API_URL", ""),
 		HTTPAddr:           get("AGENTBOT_HTTP_ADDR", ":8080"),
+		DiscordToken:       get("DISCORD_TOKEN", ""),
+		DiscordAppID:       get("DISCORD_APP_ID", ""),
+		DiscordPublicKey:   get("DISCORD_PUBLIC_KEY", ""),
+		DiscordGuildID:     get("DISCORD_GUILD_ID", ""),
+		DiscordThreads:     get("AGENTBOT_DISCORD_THREADS", "false") == "true",
 		AllowedUsers:       list(get("AGENTBOT_ALLOWED_USERS", "")),
 		AllowedChannels:    list(get("AGENTBOT_ALLOWED_CHANNELS", "")),
 		AllowedRoles:       list(get("AGENTBOT_ALLOWED_ROLES", "")),
@@ -221,7 +240,7 @@ func Load(environ []string) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(get("AGENTBOT_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_LEVEL: %v", err))
 	}
-	for _, sec := range []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret} {
+	for _, sec := range []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken} {
 		if sec != "" {
 			c.Secrets = append(c.Secrets, sec)
 		}
@@ -258,6 +277,9 @@ func (c Config) Validate() error {
 	}
 	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
 		errs = append(errs, errors.New("SLACK_BOT_TOKEN is set but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP events) is"))
+	}
+	if c.DiscordToken != "" && c.DiscordAppID == "" {
+		errs = append(errs, errors.New("DISCORD_TOKEN is set but DISCORD_APP_ID is not"))
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
