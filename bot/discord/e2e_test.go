@@ -129,6 +129,16 @@ func TestDiscordEndToEnd(t *testing.T) {
 		}
 	}
 
+	// /agent title renames the session and its thread.
+	fd.SlashCommand(thread, "1001", nil, "agent", fakediscord.SubCommand("title", fakediscord.StringOption("name", "renamed fork")))
+	if err := fd.WaitFor(ctx, func(s *fakediscord.Server) bool {
+		c, ok := s.Channel(thread)
+		return ok && c.Name == "renamed fork"
+	}); err != nil {
+		c, _ := fd.Channel(thread)
+		t.Fatalf("the thread was not renamed: %q", c.Name)
+	}
+
 	// A 5,000-character answer arrives as three messages, fences intact.
 	before := len(botMessages(thread))
 	fd.UserMessage(thread, "1001", "sh: echo '```'; i=1; while [ $i -le 70 ]; do echo \"line $i of the long listing ........................................\"; i=$((i+1)); done; echo '```'", nil)
