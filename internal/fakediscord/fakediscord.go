@@ -259,6 +259,7 @@ type Server struct {
 	limits       map[string]*rateLimit
 	intents      int
 	heartbeats   int
+	connects     int
 	sessions     map[string]*session
 	conns        map[*gwConn]bool
 	intURL       string
@@ -372,6 +373,14 @@ func (s *Server) Heartbeats() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.heartbeats
+}
+
+// Connects returns how many gateway handshakes (IDENTIFY answered with
+// READY, or RESUME accepted) have completed.
+func (s *Server) Connects() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connects
 }
 
 // Connected returns how many gateway connections have completed IDENTIFY

@@ -36,8 +36,16 @@ func newSession(t *testing.T, s *fakediscord.Server) *discordgo.Session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dg.ShouldReconnectOnError = true
-	t.Cleanup(func() { _ = dg.Close() })
+	t.Cleanup(func() {
+		// discordgo's heartbeat goroutine writes once right after each
+		// Open; closing before that write makes it start a reconnect loop
+		// that outlives the test. Let every connection's first heartbeat
+		// arrive first.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.WaitFor(ctx, func(s *fakediscord.Server) bool { return s.Heartbeats() >= s.Connects() })
+		_ = dg.Close()
+	})
 	return dg
 }
 

@@ -275,6 +275,7 @@ func (s *Server) identify(c *gwConn, raw json.RawMessage) {
 	sess := &session{id: randomHex(16), intents: *d.Intents, compress: d.Compress, conn: c}
 	s.sessions[sess.id] = sess
 	s.intents = *d.Intents
+	s.connects++
 	c.sess = sess
 	ready := map[string]any{
 		"v": 10, "user": s.botUser(), "session_id": sess.id, "session_type": "normal",
@@ -319,6 +320,7 @@ func (s *Server) resume(c *gwConn, raw json.RawMessage) {
 	}
 	sess.conn = c
 	c.sess = sess
+	s.connects++
 	for _, e := range sess.events {
 		if e.seq > d.Seq {
 			c.send(frame{payload: e.payload, compress: sess.compress})
