@@ -42,6 +42,7 @@ func TestDiscordEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		_ = fd.WaitFor(ctx, func(s *fakediscord.Server) bool { return s.Heartbeats() >= s.Connects() })
 		in.Close()
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

@@ -85,6 +85,9 @@ func startInbound(t *testing.T, srv *fakediscord.Server, h Handler, mod func(*In
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// discordgo writes one heartbeat right after connecting; closing
+		// before it can end the session and leave a reconnect loop behind.
+		waitFor(t, srv, func(s *fakediscord.Server) bool { return s.Heartbeats() >= s.Connects() })
 		in.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
