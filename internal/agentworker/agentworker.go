@@ -24,6 +24,7 @@ import (
 	"github.com/agentbot/agentbot/internal/fakeopenai"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/sandboxes/dockersandbox"
+	"github.com/agentbot/agentbot/sandboxes/e2bsandbox"
 	"github.com/agentbot/agentbot/sandboxes/localsandbox"
 	"github.com/agentbot/agentbot/store"
 )
@@ -84,6 +85,16 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		} else {
 			wk.closer = append(wk.closer, db.Close)
 			wk.add(ctx, dockersandbox.Name, db)
+		}
+	}
+	if cfg.Enabled(e2bsandbox.Name) {
+		// Without a key the backend reports itself unavailable, and the
+		// warning says why.
+		eb, err := e2bsandbox.New(e2bsandbox.Options{APIKey: cfg.E2BAPIKey, Domain: cfg.E2BDomain, Template: cfg.E2BTemplate})
+		if err != nil {
+			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: e2bsandbox.Name, Err: err})
+		} else {
+			wk.add(ctx, e2bsandbox.Name, eb)
 		}
 	}
 	if len(wk.Registry.Names()) == 0 {

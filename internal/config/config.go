@@ -52,6 +52,13 @@ type Config struct {
 	DockerMemory   int64
 	DockerCPUs     float64
 	DockerPids     int64
+	// Cloud backends; the keys are secrets read by the worker only.
+	E2BAPIKey       string
+	E2BDomain       string
+	E2BTemplate     string
+	DaytonaAPIKey   string
+	DaytonaAPIURL   string
+	DaytonaSnapshot string
 
 	// Session defaults.
 	MaxSteps    int
@@ -119,6 +126,12 @@ var Vars = []Var{
 	{"AGENTBOT_DOCKER_MEMORY_MB", "1024", "memory limit of a Docker sandbox"},
 	{"AGENTBOT_DOCKER_CPUS", "1", "CPU limit of a Docker sandbox"},
 	{"AGENTBOT_DOCKER_PIDS", "512", "process limit of a Docker sandbox"},
+	{"E2B_API_KEY", "", "E2B API key (secret); set to enable the e2b backend"},
+	{"E2B_DOMAIN", "e2b.app", "E2B domain (API at api.<domain>)"},
+	{"AGENTBOT_E2B_TEMPLATE", "base", "E2B template of new sandboxes"},
+	{"DAYTONA_API_KEY", "", "Daytona API key (secret); set to enable the daytona backend"},
+	{"DAYTONA_API_URL", "https://app.daytona.io/api", "Daytona API URL"},
+	{"AGENTBOT_DAYTONA_SNAPSHOT", "(Daytona's default)", "Daytona snapshot of new sandboxes"},
 	{"AGENTBOT_MAX_STEPS", "24", "model calls per turn"},
 	{"AGENTBOT_IDLE_TIMEOUT", "30m", "idle time before a sandbox is snapshotted and stopped"},
 	{"AGENTBOT_TOOL_TIMEOUT", "2m", "default time limit of a shell command"},
@@ -202,6 +215,12 @@ func Load(environ []string) (Config, error) {
 		DockerNetwork:      get("AGENTBOT_DOCKER_NETWORK", "none"),
 		DockerMemory:       num("AGENTBOT_DOCKER_MEMORY_MB", 1024) << 20,
 		DockerPids:         num("AGENTBOT_DOCKER_PIDS", 512),
+		E2BAPIKey:          get("E2B_API_KEY", ""),
+		E2BDomain:          get("E2B_DOMAIN", ""),
+		E2BTemplate:        get("AGENTBOT_E2B_TEMPLATE", ""),
+		DaytonaAPIKey:      get("DAYTONA_API_KEY", ""),
+		DaytonaAPIURL:      get("DAYTONA_API_URL", ""),
+		DaytonaSnapshot:    get("AGENTBOT_DAYTONA_SNAPSHOT", ""),
 		MaxSteps:           int(num("AGENTBOT_MAX_STEPS", 24)),
 		IdleTimeout:        dur("AGENTBOT_IDLE_TIMEOUT", 30*time.Minute),
 		ToolTimeout:        dur("AGENTBOT_TOOL_TIMEOUT", 2*time.Minute),
@@ -240,7 +259,7 @@ func Load(environ []string) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(get("AGENTBOT_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_LEVEL: %v", err))
 	}
-	for _, sec := range []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken} {
+	for _, sec := range []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey} {
 		if sec != "" {
 			c.Secrets = append(c.Secrets, sec)
 		}
