@@ -23,6 +23,7 @@ import (
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/fakeopenai"
 	"github.com/agentbot/agentbot/sandboxes"
+	"github.com/agentbot/agentbot/sandboxes/daytonasandbox"
 	"github.com/agentbot/agentbot/sandboxes/dockersandbox"
 	"github.com/agentbot/agentbot/sandboxes/e2bsandbox"
 	"github.com/agentbot/agentbot/sandboxes/localsandbox"
@@ -95,6 +96,14 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: e2bsandbox.Name, Err: err})
 		} else {
 			wk.add(ctx, e2bsandbox.Name, eb)
+		}
+	}
+	if cfg.Enabled(daytonasandbox.Name) {
+		dy, err := daytonasandbox.New(daytonasandbox.Options{APIKey: cfg.DaytonaAPIKey, APIURL: cfg.DaytonaAPIURL, Snapshot: cfg.DaytonaSnapshot})
+		if err != nil {
+			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: daytonasandbox.Name, Err: err})
+		} else {
+			wk.add(ctx, daytonasandbox.Name, dy)
 		}
 	}
 	if len(wk.Registry.Names()) == 0 {

@@ -1,0 +1,423 @@
+package daytonasandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbot/agentbot/sandboxes"
+)
+
+// Default environment of every command.
+var defaultEnv = map[string]string{
+	"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"LANG": "C.UTF-8",
+	"TERM": "dumb",
+}
+
+type instance struct {
+	b       *Backend
+	st      sandboxes.State
+	toolbox string // <toolboxProxyUrl>/<id>
+	stopped atomic.Bool
+}
+
+func (b *Backend) newInstance(s *sandboxDTO, st sandboxes.State) *instance {
+	return &instance{b: b, st: st, toolbox: strings.TrimRight(s.ToolboxProxyURL, "/") + "/" + url.PathEscape(s.ID)}
+}
+
+func (in *instance) State() sandboxes.State { return in.st }
+
+func (in *instance) home() string   { return path.Dir(in.st.Root) }
+func (in *instance) tmpDir() string { return path.Join(in.home(), ".agentbot-tmp") }
+
+func nonce() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (in *instance) check() error {
+	if in.stopped.Load() {
+		return sandboxes.ErrStopped
+	}
+	return nil
+}
+
+type executeRequest struct {
+	Command string            `json:"command"`
+	Cwd     string            `json:"cwd,omitempty"`
+	Envs    map[string]string `json:"envs,omitempty"`
+	Timeout int               `json:"timeout,omitempty"`
+}
+
+type executeResponse struct {
+	ExitCode int    `json:"exitCode"`
+	Result   string `json:"result"`
+}
+
+// run executes a helper script (not a user command) through sh and returns
+// its exit code and merged output.
+func (in *instance) run(ctx context.Context, script string) (int, string, error) {
+	var out executeResponse
+	timeout := 120
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(1, int(math.Ceil(time.Until(dl).Seconds())))
+	}
+	err := in.b.c.json(ctx, http.MethodPost, in.toolbox+"/process/execute",
+		executeRequest{Command: "sh -c " + quote(script), Timeout: timeout}, &out)
+	if err != nil {
+		return -1, "", err
+	}
+	return out.ExitCode, out.Result, nil
+}
+
+func (in *instance) download(ctx context.Context, p string) ([]byte, error) {
+	body, err := in.b.c.do(ctx, request{method: http.MethodGet, url: in.toolbox + "/files/download?" + url.Values{"path": {p}}.Encode(), accept: "application/octet-stream"})
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return nil, fs.ErrNotExist
+	}
+	return body, err
+}
+
+func (in *instance) upload(ctx context.Context, p string, data []byte) error {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fw, err := mw.CreateFormFile("file", path.Base(p))
+	if err == nil {
+		_, err = fw.Write(data)
+	}
+	if err == nil {
+		err = mw.Close()
+	}
+	if err != nil {
+		return err
+	}
+	_, err = in.b.c.do(ctx, request{method: http.MethodPost, url: in.toolbox + "/files/upload?" + url.Values{"path": {p}}.Encode(),
+		body: buf.Bytes(), contentType: mw.FormDataContentType()})
+	return err
+}
+
+// Exec implements sandboxes.Instance; see the package documentation.
+func (in *instance) Exec(ctx context.Context, req sandboxes.ExecRequest, stdout, stderr io.Writer) (int, error) {
+	if err := in.check(); err != nil {
+		return -1, err
+	}
+	n := nonce()
+	marker := in.st.ID + "/" + n
+	env := map[string]string{"HOME": in.home()}
+	for k, v := range defaultEnv {
+		env[k] = v
+	}
+	for k, v := range in.st.Env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	env[sandboxes.MarkerEnv] = marker
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var envArgs strings.Builder
+	for _, k := range keys {
+		envArgs.WriteString(quote(k+"="+env[k]) + " ")
+	}
+	dir := in.st.Root
+	if req.Dir != "" {
+		dir = path.Join(dir, req.Dir)
+	}
+	outF, errF := path.Join(in.tmpDir(), n+".out"), path.Join(in.tmpDir(), n+".err")
+	inner := "cd " + quote(dir) + " || exit 1\n" + req.Command
+	script := fmt.Sprintf("mkdir -p %s || exit 125\nenv -i %s/bin/sh -c %s >%s 2>%s </dev/null",
+		quote(in.tmpDir()), envArgs.String(), quote(inner), quote(outF), quote(errF))
+
+	timeout := 3600
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(1, int(math.Ceil(time.Until(dl).Seconds()))+5)
+	}
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out executeResponse
+		err := in.b.c.json(ctx, http.MethodPost, in.toolbox+"/process/execute",
+			executeRequest{Command: "sh -c " + quote(script), Timeout: timeout}, &out)
+		done <- result{out.ExitCode, err}
+	}()
+
+	so, se := &tail{w: stdout}, &tail{w: stderr}
+	var r result
+	wait := 200 * time.Millisecond
+poll:
+	for {
+		select {
+		case r = <-done:
+			break poll
+		case <-ctx.Done():
+			break poll
+		case <-time.After(wait):
+			wait = min(wait*3/2, time.Second)
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			so.fetch(pctx, in, outF)
+			se.fetch(pctx, in, errF)
+			cancel()
+		}
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var runErr error
+	if ctx.Err() != nil {
+		runErr = ctx.Err()
+		if err := in.kill(bg, marker); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("killing the command: %w", err))
+		}
+	} else if r.err != nil {
+		runErr = r.err
+	}
+	so.fetch(bg, in, outF)
+	se.fetch(bg, in, errF)
+	_, _, _ = in.run(bg, "rm -f "+quote(outF)+" "+quote(errF))
+	if runErr != nil {
+		return -1, runErr
+	}
+	return r.code, nil
+}
+
+// tail copies the new bytes of a growing file to w.
+type tail struct {
+	mu  sync.Mutex
+	w   io.Writer
+	off int
+}
+
+func (t *tail) fetch(ctx context.Context, in *instance, p string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	data, err := in.download(ctx, p)
+	if err != nil || len(data) <= t.off {
+		return
+	}
+	t.w.Write(data[t.off:])
+	t.off = len(data)
+}
+
+// killScript kills (twice, for processes forked meanwhile) every process
+// whose environment holds sandboxes.MarkerEnv equal to m (exact) or
+// starting with m (prefix).
+func killScript(m string, prefix bool) string {
+	pat := "^" + sandboxes.MarkerEnv + "=" + m + "$"
+	if prefix {
+		pat = "^" + sandboxes.MarkerEnv + "=" + m
+	}
+	return fmt.Sprintf(`for i in 1 2; do
+for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue
+tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -q %s && kill -9 "$p" 2>/dev/null
+done; done; exit 0`, quote(pat))
+}
+
+func (in *instance) kill(ctx context.Context, marker string) error {
+	_, _, err := in.run(ctx, killScript(marker, false))
+	return err
+}
+
+// resolve resolves p below the root in the sandbox with realpath and fails
+// when the result leaves the workspace. For reading, every element is
+// followed; for writing, the parent is (and created), and a last element
+// that is a symlink must point inside the workspace (it is replaced, not
+// followed, by the rename that ends WriteFile).
+func (in *instance) resolve(ctx context.Context, p string, forWrite bool) (string, error) {
+	full := path.Join(in.st.Root, p)
+	var script string
+	if forWrite {
+		script = fmt.Sprintf(`r=$(realpath %[1]s) || exit 3
+d=$(dirname %[2]s); mkdir -p "$d" 2>/dev/null
+pd=$(realpath "$d") || exit 2
+case "$pd/" in "$r"/*) ;; *) exit 4;; esac
+f="$pd/"$(basename %[2]s)
+if [ -L "$f" ]; then t=$(realpath -m "$f"); case "$t/" in "$r"/*) ;; *) exit 4;; esac; fi
+[ -d "$f" ] && exit 5
+printf %%s "$f"`, quote(in.st.Root), quote(full))
+	} else {
+		script = fmt.Sprintf(`r=$(realpath %[1]s) || exit 3
+[ -e %[2]s ] || exit 2
+f=$(realpath %[2]s) || exit 2
+case "$f/" in "$r"/*) ;; *) exit 4;; esac
+[ -d "$f" ] && exit 5
+printf %%s "$f"`, quote(in.st.Root), quote(full))
+	}
+	code, out, err := in.run(ctx, script)
+	switch {
+	case err != nil:
+		return "", err
+	case code == 0:
+		return out, nil
+	case code == 2:
+		return "", fmt.Errorf("%s: %w", p, fs.ErrNotExist)
+	case code == 4:
+		return "", sandboxes.Invalidf("%s resolves outside the workspace", p)
+	case code == 5:
+		return "", sandboxes.Invalidf("%s is a directory", p)
+	default:
+		return "", fmt.Errorf("daytona: resolving %s: exit code %d: %s", p, code, strings.TrimSpace(out))
+	}
+}
+
+// ReadFile implements sandboxes.Instance.
+func (in *instance) ReadFile(ctx context.Context, p string) (io.ReadCloser, error) {
+	if err := in.check(); err != nil {
+		return nil, err
+	}
+	f, err := in.resolve(ctx, p, false)
+	if err != nil {
+		return nil, err
+	}
+	data, err := in.download(ctx, f)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", p, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
+// WriteFile implements sandboxes.Instance: upload to a temp file beside the
+// target, then chmod and rename.
+func (in *instance) WriteFile(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	f, err := in.resolve(ctx, p, true)
+	if err != nil {
+		return err
+	}
+	tmp := path.Join(path.Dir(f), ".agentbot-upload-"+nonce())
+	if err := in.upload(ctx, tmp, data); err != nil {
+		return err
+	}
+	code, out, err := in.run(ctx, fmt.Sprintf("chmod %o %s && mv -f %s %s || { rm -f %[2]s; exit 1; }",
+		mode.Perm(), quote(tmp), quote(tmp), quote(f)))
+	if err == nil && code != 0 {
+		err = fmt.Errorf("daytona: writing %s: %s", p, strings.TrimSpace(out))
+	}
+	return err
+}
+
+// Archive implements sandboxes.Instance.
+func (in *instance) Archive(ctx context.Context, w io.Writer) error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	t := path.Join(in.tmpDir(), nonce()+".tar")
+	code, out, err := in.run(ctx, fmt.Sprintf("mkdir -p %s && tar -C %s -cf %s . 2>&1",
+		quote(in.tmpDir()), quote(in.st.Root), quote(t)))
+	defer func() {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _, _ = in.run(bg, "rm -f "+quote(t))
+	}()
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("daytona: tar: exit code %d: %s", code, strings.TrimSpace(out))
+	}
+	data, err := in.download(ctx, t)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// Restore implements sandboxes.Instance: all or nothing.
+func (in *instance) Restore(ctx context.Context, r io.Reader) error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	n := nonce()
+	t := path.Join(in.tmpDir(), n+".tar")
+	if err := in.upload(ctx, t, data); err != nil {
+		return err
+	}
+	root := in.st.Root
+	staging, old := root+".agentbot-restore-"+n, root+".agentbot-old-"+n
+	code, out, err := in.run(ctx, fmt.Sprintf(`t=%s s=%s o=%s r=%s
+cleanup() { chmod -R u+w "$1" 2>/dev/null; rm -rf "$1"; }
+mkdir "$s" && tar -C "$s" -xpf "$t" 2>&1 || { rm -f "$t"; cleanup "$s"; exit 1; }
+rm -f "$t"
+chmod "$(stat -c %%a "$r")" "$s" 2>/dev/null
+mv "$r" "$o" || { cleanup "$s"; exit 1; }
+mv "$s" "$r" || { mv "$o" "$r"; cleanup "$s"; exit 1; }
+cleanup "$o"; exit 0`, quote(t), quote(staging), quote(old), quote(root)))
+	if err == nil && code != 0 {
+		err = fmt.Errorf("daytona: extracting the archive: %s", strings.TrimSpace(out))
+	}
+	return err
+}
+
+// Stop implements sandboxes.Instance: it kills the sandbox's commands and
+// stops the sandbox (its disk is kept; Attach starts it).
+func (in *instance) Stop(ctx context.Context) error {
+	s, err := in.b.get(ctx, in.st.ID)
+	if err != nil {
+		return err
+	}
+	switch s.State {
+	case "stopped", "archived", "archiving":
+		in.stopped.Store(true)
+		return nil
+	case "started":
+		_, _, _ = in.run(ctx, killScript(in.st.ID+"/", true))
+	}
+	if s.State != "stopping" {
+		if err := in.b.c.json(ctx, http.MethodPost, in.b.sandboxURL(in.st.ID, "/stop"), nil, nil); err != nil {
+			return mapNotFound(err, in.st.ID)
+		}
+	}
+	if _, err := in.b.waitState(ctx, in.st.ID, "stopped", "archived"); err != nil {
+		return err
+	}
+	in.stopped.Store(true)
+	return nil
+}
+
+// Destroy implements sandboxes.Instance.
+func (in *instance) Destroy(ctx context.Context) error {
+	if !in.stopped.Load() {
+		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, _, _ = in.run(kctx, killScript(in.st.ID+"/", true))
+		cancel()
+	}
+	_, err := in.b.c.do(ctx, request{method: http.MethodDelete, url: in.b.sandboxURL(in.st.ID, "")})
+	return mapNotFound(err, in.st.ID)
+}
