@@ -77,7 +77,7 @@ func run() error {
 
 	embedded := cfg.TemporalAddress == ""
 	addr := cfg.TemporalAddress
-	webUI := ""
+	webUI := cfg.TemporalUIURL
 	if embedded {
 		fmt.Fprintln(os.Stderr, "starting the embedded Temporal dev server…")
 		srv, err := devserver.Start(ctx, devserver.Options{

@@ -29,6 +29,9 @@ type Config struct {
 	// TemporalUIPort is the embedded server's web UI port (0: the server's
 	// port + 1000; -1: none).
 	TemporalUIPort int
+	// TemporalUIURL is the Temporal Web UI's base URL, for links in
+	// status messages; the embedded default sets its own.
+	TemporalUIURL string
 	// StateDir holds local state: the embedded server's database, local
 	// sandboxes, the default blob store.
 	StateDir string
@@ -111,6 +114,7 @@ var Vars = []Var{
 	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
 	{"AGENTBOT_TEMPORAL_BIN", "(PATH, then ./.bin)", "temporal CLI used for the embedded dev server"},
 	{"AGENTBOT_TEMPORAL_UI_PORT", "0 (server port + 1000)", "embedded server's web UI port; -1 for none"},
+	{"AGENTBOT_TEMPORAL_UI_URL", "(embedded: its own UI)", "Temporal Web UI base URL, for session links in status messages"},
 	{"AGENTBOT_STATE_DIR", "$XDG_STATE_HOME/agentbot or ~/.local/state/agentbot", "local state: embedded Temporal database, local sandboxes, default blob store"},
 	{"AGENTBOT_BLOB_URL", "file://<state dir>/blobs", "blob store for snapshots and transcripts (file://, mem://, s3://, gs://)"},
 	{"OPENAI_BASE_URL", "https://api.openai.com/v1", "any OpenAI-compatible endpoint (Azure OpenAI, Ollama, vLLM, LiteLLM); \"fake\" runs the built-in scripted model (offline demo)"},
@@ -204,6 +208,7 @@ func Load(environ []string) (Config, error) {
 		TemporalNamespace:  get("TEMPORAL_NAMESPACE", "default"),
 		TemporalBin:        get("AGENTBOT_TEMPORAL_BIN", ""),
 		TemporalUIPort:     int(num("AGENTBOT_TEMPORAL_UI_PORT", 0)),
+		TemporalUIURL:      get("AGENTBOT_TEMPORAL_UI_URL", ""),
 		StateDir:           get("AGENTBOT_STATE_DIR", defaultStateDir(env)),
 		OpenAIBaseURL:      get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
 		OpenAIAPIKey:       get("OPENAI_API_KEY", ""),
