@@ -723,7 +723,7 @@ func renderLinks(text string) string {
 // per tool call (the last maxProgressTools), within a message.
 func renderProgress(m agentflow.Outbound) string {
 	var b strings.Builder
-	b.WriteString(statusLine(m))
+	b.WriteString(bot.ProgressStatus(m, oneLine))
 	tools := m.Tools
 	if n := len(tools) - maxProgressTools; n > 0 {
 		fmt.Fprintf(&b, "\n*… %d earlier tool call%s*", n, plural(n))
@@ -734,60 +734,12 @@ func renderProgress(m agentflow.Outbound) string {
 		if summary == "" {
 			summary = t.Name
 		}
-		b.WriteString("\n" + toolMarker(t.State) + " `" + strings.ReplaceAll(oneLine(summary), "`", "'") + "`")
+		b.WriteString("\n" + bot.ToolMarker(t.State) + " `" + strings.ReplaceAll(oneLine(summary), "`", "'") + "`")
 		if t.Detail != "" {
 			b.WriteString(" — " + oneLine(t.Detail))
 		}
 	}
 	return bot.Truncate(b.String(), chunkLimit)
-}
-
-func statusLine(m agentflow.Outbound) string {
-	turn := "Turn"
-	if m.Turn > 0 {
-		turn = fmt.Sprintf("Turn %d", m.Turn)
-	}
-	var line string
-	switch m.Status {
-	case agentflow.TurnDone:
-		line = "✅ " + turn + " done"
-	case agentflow.TurnFailed:
-		line = "❌ " + turn + " failed"
-	case agentflow.TurnStopped:
-		line = "⏹️ " + turn + " stopped"
-	case agentflow.TurnStepCap:
-		line = "⚠️ " + turn + " reached the step limit"
-	case agentflow.TurnCanceled:
-		line = "🚫 " + turn + " canceled: the session was destroyed"
-	case agentflow.TurnRunning, "":
-		if m.Final {
-			line = "✅ " + turn + " finished"
-		} else {
-			line = "🔄 " + turn + ": working…"
-		}
-	default:
-		line = "• " + turn + ": " + oneLine(string(m.Status))
-	}
-	if len(m.Tools) > 0 {
-		line += fmt.Sprintf(" · %d tool call%s", len(m.Tools), plural(len(m.Tools)))
-	}
-	return line
-}
-
-func toolMarker(state string) string {
-	switch state {
-	case "pending":
-		return "⏳"
-	case "running":
-		return "🔄"
-	case "done":
-		return "✅"
-	case "failed":
-		return "❌"
-	case "cancelled", "canceled":
-		return "⏹️"
-	}
-	return "•"
 }
 
 func plural(n int) string {

@@ -143,7 +143,9 @@ func TestSlackEndToEnd(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("first delivery: %v %v", resp, err)
 	}
-	waitReply(root, "retried-once")
+	// Wait for the answer itself (the progress message already shows the
+	// command), so that the turn's model calls are all counted.
+	waitReply(root, "stdout:\nretried-once")
 	calls := modelCalls()
 	resp, err = fs.SendSigned(gw.URL+slackbot.PathEvents, body, "application/json", time.Now(), "fake-signing-secret", 1)
 	if err != nil || resp.StatusCode != http.StatusOK {

@@ -666,7 +666,7 @@ func isSlackError(err error, codes ...string) bool {
 // per tool call (the last maxProgressTools of them), within max characters.
 func renderProgress(m agentflow.Outbound, max int) string {
 	var b strings.Builder
-	b.WriteString(statusLine(m))
+	b.WriteString(bot.ProgressStatus(m, Escape))
 	tools := m.Tools
 	if n := len(tools) - maxProgressTools; n > 0 {
 		fmt.Fprintf(&b, "\n_… %d earlier tool call%s_", n, plural(n))
@@ -674,7 +674,7 @@ func renderProgress(m agentflow.Outbound, max int) string {
 	}
 	for _, t := range tools {
 		b.WriteString("\n")
-		b.WriteString(toolMarker(t.State))
+		b.WriteString(bot.ToolMarker(t.State))
 		b.WriteString(" ")
 		summary := t.Summary
 		if summary == "" {
@@ -686,55 +686,6 @@ func renderProgress(m agentflow.Outbound, max int) string {
 		}
 	}
 	return bot.Truncate(b.String(), max)
-}
-
-func statusLine(m agentflow.Outbound) string {
-	turn := "Turn"
-	if m.Turn > 0 {
-		turn = fmt.Sprintf("Turn %d", m.Turn)
-	}
-	var line string
-	switch m.Status {
-	case agentflow.TurnDone:
-		line = "✅ " + turn + " done"
-	case agentflow.TurnFailed:
-		line = "❌ " + turn + " failed"
-	case agentflow.TurnStopped:
-		line = "⏹️ " + turn + " stopped"
-	case agentflow.TurnStepCap:
-		line = "⚠️ " + turn + " reached the step limit"
-	case agentflow.TurnCanceled:
-		line = "🚫 " + turn + " canceled: the session was destroyed"
-	case agentflow.TurnRunning, "":
-		if m.Final {
-			line = "✅ " + turn + " finished"
-		} else {
-			line = "🔄 " + turn + ": working…"
-		}
-	default:
-		line = "• " + turn + ": " + Escape(string(m.Status))
-	}
-	if len(m.Tools) > 0 {
-		line += fmt.Sprintf(" · %d tool call%s", len(m.Tools), plural(len(m.Tools)))
-	}
-	return line
-}
-
-func toolMarker(state string) string {
-	switch state {
-	case "pending":
-		return "⏳"
-	case "running":
-		return "🔄"
-	case "done":
-		return "✅"
-	case "failed":
-		return "❌"
-	case "cancelled", "canceled":
-		return "⏹️"
-	default:
-		return "•"
-	}
 }
 
 func plural(n int) string {
