@@ -86,7 +86,7 @@ const Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages |
 	discordgo.IntentsMessageContent | discordgo.IntentsDirectMessages
 
 // ErrClosed is returned for work handed to an Inbound after Shutdown.
-var ErrClosed = errors.New("discord inbound is shut down")
+var ErrClosed = bot.ErrPoolClosed
 
 // Inbound receives from Discord — MESSAGE_CREATE and INTERACTION_CREATE
 // over the gateway, and signed interactions over HTTP — and hands
@@ -110,17 +110,7 @@ type Inbound struct {
 	chMu     sync.Mutex
 	channels map[string]*discordgo.Channel
 
-	poolOnce sync.Once
-	queue    chan func(context.Context)
-	stop     chan struct{}
-	abort    chan struct{}
-	workers  sync.WaitGroup
-
-	pendMu    sync.Mutex
-	closed    bool
-	pending   sync.WaitGroup
-	stopOnce  sync.Once
-	abortOnce sync.Once
+	pool *bot.Pool
 }
 
 // NewInbound returns an Inbound that hands events to h. It checks cfg
@@ -158,7 +148,8 @@ func NewInbound(cfg InboundConfig, h Handler) (*Inbound, error) {
 	}
 	dg.Identify.Intents = Intents
 	in := &Inbound{cfg: cfg, dg: dg, handler: h, log: cfg.Logger.With("platform", Platform), pubKey: key,
-		appID: cfg.AppID, channels: map[string]*discordgo.Channel{}}
+		appID: cfg.AppID, channels: map[string]*discordgo.Channel{},
+		pool: bot.NewPool(Platform, cfg.Workers, cfg.QueueSize, cfg.HandleTimeout, cfg.Logger.With("platform", Platform))}
 	dg.AddHandler(func(_ *discordgo.Session, m *discordgo.MessageCreate) { in.onMessage(m.Message) })
 	dg.AddHandler(func(_ *discordgo.Session, i *discordgo.InteractionCreate) { in.onInteraction(i.Interaction) })
 	return in, nil
@@ -497,67 +488,10 @@ func (in *Inbound) components(resp bot.Response) []discordgo.MessageComponent {
 	return append(rows, discordgo.ActionsRow{Components: buttons})
 }
 
-// submit hands work to the worker pool, waiting for room until ctx is
-// done.
+// submit hands an acknowledged delivery to the worker pool, waiting for
+// room in the queue until ctx is done.
 func (in *Inbound) submit(ctx context.Context, job func(context.Context)) error {
-	in.poolOnce.Do(in.startPool)
-	in.pendMu.Lock()
-	if in.closed {
-		in.pendMu.Unlock()
-		return ErrClosed
-	}
-	in.pending.Add(1)
-	in.pendMu.Unlock()
-	select {
-	case in.queue <- job:
-		return nil
-	default:
-	}
-	in.log.Warn("discord event queue is full; waiting for a worker", "workers", in.cfg.Workers)
-	select {
-	case in.queue <- job:
-		return nil
-	case <-ctx.Done():
-		in.pending.Done()
-		return ctx.Err()
-	}
-}
-
-func (in *Inbound) startPool() {
-	in.queue = make(chan func(context.Context), in.cfg.QueueSize)
-	in.stop = make(chan struct{})
-	in.abort = make(chan struct{})
-	for range in.cfg.Workers {
-		in.workers.Go(func() {
-			for {
-				select {
-				case job := <-in.queue:
-					in.run(job)
-				case <-in.stop:
-					return
-				}
-			}
-		})
-	}
-}
-
-func (in *Inbound) run(job func(context.Context)) {
-	defer in.pending.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), in.cfg.HandleTimeout)
-	defer cancel()
-	go func() {
-		select {
-		case <-in.abort:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	defer func() {
-		if p := recover(); p != nil {
-			in.log.Error("discord event handler panicked", "panic", p)
-		}
-	}()
-	job(ctx)
+	return in.pool.Submit(ctx, job)
 }
 
 // Shutdown stops taking deliveries (HTTP interactions get 503) and waits
@@ -565,24 +499,5 @@ func (in *Inbound) run(job func(context.Context)) {
 // then it cancels the handlers still running and returns ctx's error.
 // Call Close first to stop the gateway.
 func (in *Inbound) Shutdown(ctx context.Context) error {
-	in.poolOnce.Do(in.startPool)
-	in.pendMu.Lock()
-	in.closed = true
-	in.pendMu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		in.pending.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		in.abortOnce.Do(func() { close(in.abort) })
-		<-done
-	}
-	in.stopOnce.Do(func() { close(in.stop) })
-	in.workers.Wait()
-	return err
+	return in.pool.Shutdown(ctx)
 }

@@ -86,7 +86,7 @@ const (
 )
 
 // ErrClosed is returned for work handed to an Inbound after Shutdown.
-var ErrClosed = errors.New("slack inbound is shut down")
+var ErrClosed = bot.ErrPoolClosed
 
 // Inbound receives from Slack and hands bot.Events to a Handler. One
 // Inbound may serve Socket Mode and HTTP at once. Safe for concurrent use.
@@ -104,17 +104,7 @@ type Inbound struct {
 
 	names nameCache
 
-	poolOnce sync.Once
-	queue    chan func(context.Context)
-	stop     chan struct{} // closed when the workers should exit
-	abort    chan struct{} // closed when running handlers must give up
-	workers  sync.WaitGroup
-
-	pendMu    sync.Mutex
-	closed    bool
-	pending   sync.WaitGroup // jobs accepted and not yet finished
-	stopOnce  sync.Once
-	abortOnce sync.Once
+	pool *bot.Pool
 }
 
 // identity is who the bot is, from auth.test.
@@ -162,6 +152,7 @@ func NewInbound(cfg InboundConfig, h Handler, replier ReplyPoster) *Inbound {
 		log:     cfg.Logger.With("platform", Platform),
 		http:    cfg.HTTPClient,
 		names:   nameCache{m: make(map[string]cachedName)},
+		pool:    bot.NewPool(Platform, cfg.Workers, cfg.QueueSize, cfg.HandleTimeout, cfg.Logger.With("platform", Platform)),
 	}
 }
 
@@ -200,69 +191,10 @@ func (in *Inbound) identity(ctx context.Context) (*identity, error) {
 	return in.id, nil
 }
 
-// submit hands an acknowledged delivery to the worker pool. It waits for
+// submit hands an acknowledged delivery to the worker pool, waiting for
 // room in the queue until ctx is done.
 func (in *Inbound) submit(ctx context.Context, job func(context.Context)) error {
-	in.poolOnce.Do(in.startPool)
-	in.pendMu.Lock()
-	if in.closed {
-		in.pendMu.Unlock()
-		return ErrClosed
-	}
-	in.pending.Add(1)
-	in.pendMu.Unlock()
-	select {
-	case in.queue <- job:
-		return nil
-	default:
-	}
-	in.log.Warn("slack event queue is full; waiting for a worker", "workers", in.cfg.Workers, "queue", cap(in.queue))
-	select {
-	case in.queue <- job:
-		return nil
-	case <-ctx.Done():
-		in.pending.Done()
-		return ctx.Err()
-	}
-}
-
-func (in *Inbound) startPool() {
-	in.queue = make(chan func(context.Context), in.cfg.QueueSize)
-	in.stop = make(chan struct{})
-	in.abort = make(chan struct{})
-	for range in.cfg.Workers {
-		in.workers.Go(func() {
-			for {
-				select {
-				case job := <-in.queue:
-					in.run(job)
-				case <-in.stop:
-					return
-				}
-			}
-		})
-	}
-}
-
-func (in *Inbound) run(job func(context.Context)) {
-	defer in.pending.Done()
-	// Handlers outlive the delivery that started them (it was answered
-	// already) and the receive loop; only Shutdown's deadline ends them.
-	ctx, cancel := context.WithTimeout(context.Background(), in.cfg.HandleTimeout)
-	defer cancel()
-	go func() {
-		select {
-		case <-in.abort:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	defer func() {
-		if p := recover(); p != nil {
-			in.log.Error("slack event handler panicked", "panic", p)
-		}
-	}()
-	job(ctx)
+	return in.pool.Submit(ctx, job)
 }
 
 // Shutdown stops taking deliveries (HTTP answers 503, so Slack retries
@@ -270,26 +202,7 @@ func (in *Inbound) run(job func(context.Context)) {
 // until ctx is done; then it cancels the handlers still running and
 // returns ctx's error. Stop RunSocketMode first, by cancelling its ctx.
 func (in *Inbound) Shutdown(ctx context.Context) error {
-	in.poolOnce.Do(in.startPool)
-	in.pendMu.Lock()
-	in.closed = true
-	in.pendMu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		in.pending.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		in.abortOnce.Do(func() { close(in.abort) })
-		<-done
-	}
-	in.stopOnce.Do(func() { close(in.stop) })
-	in.workers.Wait()
-	return err
+	return in.pool.Shutdown(ctx)
 }
 
 // dispatch is the work of one delivery: make the event, hand it over.
