@@ -91,8 +91,7 @@ type Sender struct {
 	uploadOver int
 
 	mu     sync.Mutex
-	posted map[string]postedMsg
-	order  []string
+	posted *bot.Recent[postedMsg] // outbound key (or "thread/"+requestID) → what was posted
 	locks  map[string]*keyLock
 }
 
@@ -129,7 +128,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		log = slog.Default()
 	}
 	return &Sender{dg: dg, http: dg.Client, log: log.With("platform", Platform), uploadOver: cfg.UploadOver,
-		posted: map[string]postedMsg{}, locks: map[string]*keyLock{}}, nil
+		posted: bot.NewRecent[postedMsg](maxRemembered), locks: map[string]*keyLock{}}, nil
 }
 
 // newSession makes a discordgo session that does not retry rate limits on
@@ -620,31 +619,11 @@ func (s *Sender) release(key string, lk *keyLock) {
 	}
 }
 
-func (s *Sender) recall(key string) (postedMsg, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.posted[key]
-	return p, ok
-}
+func (s *Sender) recall(key string) (postedMsg, bool) { return s.posted.Get(key) }
 
-func (s *Sender) remember(key string, p postedMsg) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.posted[key]; !ok {
-		s.order = append(s.order, key)
-	}
-	s.posted[key] = p
-	for len(s.posted) > maxRemembered && len(s.order) > 0 {
-		delete(s.posted, s.order[0])
-		s.order = s.order[1:]
-	}
-}
+func (s *Sender) remember(key string, p postedMsg) { s.posted.Put(key, p) }
 
-func (s *Sender) forget(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.posted, key)
-}
+func (s *Sender) forget(key string) { s.posted.Delete(key) }
 
 func digest(text string) [16]byte {
 	full := sha256.Sum256([]byte(text))

@@ -121,8 +121,7 @@ type Sender struct {
 	uploadLines int
 
 	mu     sync.Mutex
-	posted map[string]postedMsg // outbound key (or "thread/"+requestID) → what was posted
-	order  []string             // keys of posted, oldest first, to forget the oldest
+	posted *bot.Recent[postedMsg] // outbound key (or "thread/"+requestID) → what was posted
 	locks  map[string]*keyLock
 }
 
@@ -189,7 +188,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	return &Sender{
 		api: api, token: cfg.BotToken, log: log, links: NewLinks(api, log),
 		maxChunk: cfg.MaxChunk, uploadOver: cfg.UploadOver, uploadLines: cfg.UploadLines,
-		posted: map[string]postedMsg{}, locks: map[string]*keyLock{},
+		posted: bot.NewRecent[postedMsg](maxRemembered), locks: map[string]*keyLock{},
 	}, nil
 }
 
@@ -550,31 +549,11 @@ func (s *Sender) superseded(lk *keyLock, seq uint64) bool {
 	return lk.latest != seq
 }
 
-func (s *Sender) recall(key string) (postedMsg, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.posted[key]
-	return p, ok
-}
+func (s *Sender) recall(key string) (postedMsg, bool) { return s.posted.Get(key) }
 
-func (s *Sender) remember(key string, p postedMsg) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.posted[key]; !ok {
-		s.order = append(s.order, key)
-	}
-	s.posted[key] = p
-	for len(s.posted) > maxRemembered && len(s.order) > 0 {
-		delete(s.posted, s.order[0])
-		s.order = s.order[1:]
-	}
-}
+func (s *Sender) remember(key string, p postedMsg) { s.posted.Put(key, p) }
 
-func (s *Sender) forget(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.posted, key) // its entry in order goes when it comes up
-}
+func (s *Sender) forget(key string) { s.posted.Delete(key) }
 
 func digest(text string) [16]byte {
 	full := sha256.Sum256([]byte(text))
