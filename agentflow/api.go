@@ -39,7 +39,8 @@ const (
 	UpdateDestroy = "destroy"
 	// QueryState returns a SessionView.
 	QueryState = "state"
-	// QueryTranscript returns the recent turns ([]TurnSummary).
+	// QueryTranscript returns the recent turns ([]TurnSummary). Its one
+	// argument is who asks: only the owner and admins may export.
 	QueryTranscript = "transcript"
 	// QueryMessage returns what became of one message, by ID
 	// (MessageResult; ErrUnknownMessage when the ID was never seen or is
@@ -113,8 +114,14 @@ type AgentInput struct {
 	// Backend is the sandbox backend to start on; empty means "local".
 	Backend string `json:"backend,omitempty"`
 	// Root is a workspace root for backends that take one (local).
-	Root      string `json:"root,omitempty"`
+	Root string `json:"root,omitempty"`
+	// Requester is the user who started the session: its owner. It is set
+	// once, here, and never changed by a later event.
 	Requester string `json:"requester,omitempty"`
+	// Admins may control the session as its owner may. The list is part
+	// of the session's input (not read from a gateway at request time);
+	// the workflow checks every control request against it.
+	Admins []string `json:"admins,omitempty"`
 	// Parent is the thread key of the session this one was forked from.
 	Parent string `json:"parent,omitempty"`
 	// Seed, for a fork, holds its own copies of the parent's transcript
@@ -274,6 +281,8 @@ type ForkSourceRequest struct {
 	// same key returns the same seed.
 	ForkThreadKey string `json:"fork_thread_key"`
 	Backend       string `json:"backend,omitempty"`
+	// By is who asked for the fork: the source's owner or an admin.
+	By string `json:"by,omitempty"`
 }
 
 // ForkSeed is what a fork starts from: its own copies, under its own keys.
