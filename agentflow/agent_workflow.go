@@ -3,6 +3,7 @@ package agentflow
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -31,22 +32,53 @@ func AgentWorkflow(ctx workflow.Context, in AgentInput) error {
 type agent struct {
 	AgentState
 	workflowID string
-	// busy names what holds the session ("turn", "switch", "fork",
-	// "pause", "destroy", "idle"); "" when free. Turns and the handlers that
-	// touch the sandbox take it in turn.
-	busy       string
+	// lock is held by whatever does exclusive work on the session: a turn,
+	// a switch, a fork, a pause, a destroy or an idle stop. Only its holder
+	// releases it.
+	lock       sessionLock
 	cancelTurn workflow.CancelFunc
 	tools      []ToolStatus
 	runTurns   int
 	destroying bool
+	// controls are the control requests (switch, fork, pause, destroy)
+	// waiting for the session, each with its place among the messages.
+	controls []*control
 	// outbox holds chat messages not yet sent; sending says one is being
 	// sent. Neither is carried through continue-as-new: the run hands over
 	// only once the outbox is empty.
 	outbox  []Outbound
 	sending bool
-	// waiters counts handlers waiting in acquire.
-	waiters int
 	logger  log
+}
+
+// sessionLock is the session's one lock. It knows its holder, so a release
+// by anyone else (a deferred release after the holder already let go and
+// someone else took it) is a no-op.
+type sessionLock struct {
+	holder string // unique per acquisition: "turn/3", "switch/<update ID>"
+	kind   string // "turn", "switch", "fork", "pause", "destroy", "idle"
+}
+
+func (l *sessionLock) free() bool { return l.holder == "" }
+
+func (l *sessionLock) take(holder, kind string) { l.holder, l.kind = holder, kind }
+
+// release lets go of the lock if holder holds it, and reports whether it did.
+func (l *sessionLock) release(holder string) bool {
+	if l.holder != holder || holder == "" {
+		return false
+	}
+	l.holder, l.kind = "", ""
+	return true
+}
+
+// control is a control request waiting for the session. seq is its place
+// among the queued messages (they share one counter): messages that came
+// before it run first, messages after it wait for it.
+type control struct {
+	holder string
+	kind   string
+	seq    int64
 }
 
 type log interface {
@@ -70,6 +102,7 @@ func newAgent(ctx workflow.Context, in AgentInput) *agent {
 	}
 	w.Root = in.Root
 	w.Requester = in.Requester
+	w.Admins = slices.Clone(in.Admins)
 	w.Parent = in.Parent
 	w.Options = in.Options.withDefaults()
 	w.Created = workflow.Now(ctx)
@@ -99,7 +132,10 @@ func (w *agent) register(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryTranscript, func() ([]TurnSummary, error) {
+	if err := workflow.SetQueryHandler(ctx, QueryTranscript, func(by string) ([]TurnSummary, error) {
+		if !w.mayControl(by) {
+			return nil, errors.New(ErrNotOwnerText)
+		}
 		return append([]TurnSummary(nil), w.Summaries...), nil
 	}); err != nil {
 		return err
@@ -139,11 +175,38 @@ func (w *agent) alive() error {
 	return nil
 }
 
-func (w *agent) validateStop(ctx workflow.Context, _ StopRequest) error { return w.alive() }
+// ErrNotOwnerText is what a control request from someone other than the
+// session's requester or an admin gets.
+const ErrNotOwnerText = "only the person who started this session (or an admin) can do that"
 
-func (w *agent) validateDestroy(ctx workflow.Context, _ DestroyRequest) error { return w.alive() }
+// mayControl reports whether by may change or end the session: its
+// requester and its admins may. A session with no recorded requester (the
+// terminal, sessions from before owners were recorded) is anyone's.
+func (w *agent) mayControl(by string) bool {
+	if w.Requester == "" {
+		return true
+	}
+	return by != "" && (by == w.Requester || slices.Contains(w.Admins, by))
+}
 
-func (w *agent) validatePause(ctx workflow.Context, _ PauseRequest) error { return w.alive() }
+// control checks that the session lives and that by may control it.
+func (w *agent) controlBy(by string) error {
+	if err := w.alive(); err != nil {
+		return err
+	}
+	if !w.mayControl(by) {
+		return errors.New(ErrNotOwnerText)
+	}
+	return nil
+}
+
+func (w *agent) validateStop(ctx workflow.Context, r StopRequest) error { return w.controlBy(r.By) }
+
+func (w *agent) validateDestroy(ctx workflow.Context, r DestroyRequest) error {
+	return w.controlBy(r.By)
+}
+
+func (w *agent) validatePause(ctx workflow.Context, r PauseRequest) error { return w.controlBy(r.By) }
 
 func (w *agent) validateMessage(ctx workflow.Context, m MessageRequest) error {
 	if err := w.alive(); err != nil {
@@ -168,7 +231,7 @@ func (w *agent) validateMessage(ctx workflow.Context, m MessageRequest) error {
 }
 
 func (w *agent) validateSwitch(ctx workflow.Context, r SwitchRequest) error {
-	if err := w.alive(); err != nil {
+	if err := w.controlBy(r.By); err != nil {
 		return err
 	}
 	if r.Backend == "" {
@@ -181,7 +244,7 @@ func (w *agent) validateSwitch(ctx workflow.Context, r SwitchRequest) error {
 }
 
 func (w *agent) validateForkSource(ctx workflow.Context, r ForkSourceRequest) error {
-	if err := w.alive(); err != nil {
+	if err := w.controlBy(r.By); err != nil {
 		return err
 	}
 	if r.ForkThreadKey == "" || r.ForkThreadKey == w.ThreadKey {
@@ -191,7 +254,7 @@ func (w *agent) validateForkSource(ctx workflow.Context, r ForkSourceRequest) er
 }
 
 func (w *agent) validateTitle(ctx workflow.Context, r TitleRequest) error {
-	if err := w.alive(); err != nil {
+	if err := w.controlBy(r.By); err != nil {
 		return err
 	}
 	_, err := cleanTitle(r.Title)
@@ -224,10 +287,9 @@ func cleanTitle(t string) (string, error) {
 func (w *agent) run(ctx workflow.Context) error {
 	w.startOutbox(ctx)
 	if !w.Registered {
-		w.report(ctx, ManagerUpdateCreate)
-		w.Registered = true
+		w.registerSession(ctx)
 	}
-	work := func() bool { return w.Destroyed || (len(w.Queue) > 0 && w.busy == "") }
+	work := func() bool { return w.Destroyed || w.turnReady() }
 	for {
 		if w.SandboxUp && !w.Destroyed {
 			ok, err := workflow.AwaitWithTimeout(ctx, w.Options.IdleTimeout, work)
@@ -235,10 +297,11 @@ func (w *agent) run(ctx workflow.Context) error {
 				return err
 			}
 			if !ok {
-				if w.busy == "" && w.SandboxUp {
-					w.busy = "idle"
+				if w.lock.free() && w.SandboxUp && !w.destroying {
+					const holder = "idle"
+					w.lock.take(holder, "idle")
 					w.stopIdle(ctx)
-					w.busy = ""
+					w.lock.release(holder)
 				}
 				continue
 			}
@@ -248,23 +311,24 @@ func (w *agent) run(ctx workflow.Context) error {
 		if w.Destroyed {
 			break
 		}
-		w.busy = "turn"
+		holder := fmt.Sprintf("turn/%d", w.Turn+1)
+		w.lock.take(holder, "turn")
 		w.runTurn(ctx)
-		w.busy = ""
+		w.lock.release(holder)
 		w.runTurns++
 
 		if w.runTurns >= w.Options.MaxTurnsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// Hand over only when nothing is in flight: no handler
 			// running, nothing left to send. Queued messages are carried
-			// over — unless a handler waits for them to be answered (a
+			// over — unless a control request waits behind them (a
 			// switch after a message): then run that turn first.
 			if err := workflow.Await(ctx, func() bool {
-				return w.Destroyed || (len(w.Queue) > 0 && w.waiters > 0) ||
-					(w.busy == "" && w.outboxIdle() && workflow.AllHandlersFinished(ctx))
+				return w.Destroyed || w.turnBlocksControl() ||
+					(w.lock.free() && w.outboxIdle() && workflow.AllHandlersFinished(ctx))
 			}); err != nil {
 				return err
 			}
-			if !w.Destroyed && !(len(w.Queue) > 0 && w.waiters > 0) {
+			if !w.Destroyed && !w.turnBlocksControl() {
 				carry := w.AgentState
 				return workflow.NewContinueAsNewError(ctx, AgentWorkflowName, AgentInput{
 					ThreadKey: w.ThreadKey, Options: w.Options, Carry: &carry,
@@ -275,31 +339,88 @@ func (w *agent) run(ctx workflow.Context) error {
 	return workflow.Await(ctx, func() bool { return w.outboxIdle() && workflow.AllHandlersFinished(ctx) })
 }
 
-// acquire waits until the session is free and takes it for what. Except
-// for destroy, it also waits until the messages queued before it have been
-// taken by a turn, so that a switch or fork typed after a message applies
-// after that message's turn (messages sent later do not hold it up).
-func (w *agent) acquire(ctx workflow.Context, what string) error {
-	upTo := w.MsgSeq
-	if what == "destroy" {
-		upTo = 0
+// oldestControl returns the control request that came first, or nil.
+func (w *agent) oldestControl() *control {
+	var first *control
+	for _, c := range w.controls {
+		if first == nil || c.seq < first.seq {
+			first = c
+		}
 	}
-	w.waiters++
-	err := workflow.Await(ctx, func() bool {
-		return w.Destroyed || (w.busy == "" && w.DrainedSeq >= upTo)
-	})
-	w.waiters--
-	if err != nil {
-		return err
-	}
-	if err := w.alive(); err != nil && what != "destroy" {
-		return err
-	}
-	w.busy = what
-	return nil
+	return first
 }
 
-func (w *agent) release() { w.busy = "" }
+// drainable returns how many queued messages the next turn may take: those
+// that came before the oldest waiting control request (all of them when
+// none waits). The queue is in arrival order.
+func (w *agent) drainable() int {
+	first := w.oldestControl()
+	if first == nil {
+		return len(w.Queue)
+	}
+	n := 0
+	for n < len(w.Queue) && w.Queue[n].Seq < first.seq {
+		n++
+	}
+	return n
+}
+
+// turnReady says the main loop may start a turn now: the session is free,
+// no destroy was accepted, and a message waits that came before every
+// waiting control request. It and controlReady are never both true, so the
+// order of requests, not the order in which coroutines happen to run,
+// decides what goes next.
+func (w *agent) turnReady() bool {
+	return w.lock.free() && !w.destroying && w.drainable() > 0
+}
+
+// turnBlocksControl says a control request waits for messages that came
+// before it.
+func (w *agent) turnBlocksControl() bool {
+	return len(w.controls) > 0 && w.drainable() > 0
+}
+
+// controlReady says c may take the session now. A destroy goes first: it
+// waits only for the lock (the running turn was cancelled). Any other
+// request waits for the lock, for every message that came before it, and
+// for every control request that came before it.
+func (w *agent) controlReady(c *control) bool {
+	if !w.lock.free() {
+		return false
+	}
+	if c.kind == "destroy" {
+		return true
+	}
+	if w.destroying {
+		return false
+	}
+	return w.oldestControl() == c && w.drainable() == 0
+}
+
+// acquire waits until the session is free and it is this request's turn,
+// then takes the lock for kind and returns the holder name to release it
+// with. A request other than destroy that was waiting when a destroy came
+// is refused.
+func (w *agent) acquire(ctx workflow.Context, kind string) (string, error) {
+	w.MsgSeq++
+	c := &control{holder: kind + "/" + workflow.GetCurrentUpdateInfo(ctx).ID, kind: kind, seq: w.MsgSeq}
+	w.controls = append(w.controls, c)
+	err := workflow.Await(ctx, func() bool {
+		return w.Destroyed || (w.destroying && kind != "destroy") || w.controlReady(c)
+	})
+	w.controls = slices.DeleteFunc(w.controls, func(x *control) bool { return x == c })
+	if err != nil {
+		return "", err
+	}
+	if w.Destroyed || (w.destroying && kind != "destroy") {
+		return "", errors.New(ErrDestroyedText)
+	}
+	w.lock.take(c.holder, kind)
+	return c.holder, nil
+}
+
+// turnRunning says a turn holds the session.
+func (w *agent) turnRunning() bool { return w.lock.kind == "turn" }
 
 func (w *agent) seen(id string) *SeenMessage {
 	for i := len(w.Seen) - 1; i >= 0; i-- {
@@ -356,7 +477,7 @@ func (w *agent) messageResult(id string) MessageResult {
 	if r := w.result(s.Turn); r != nil {
 		cp := *r
 		res.Result = &cp
-	} else if s.Turn < w.Turn || w.busy != "turn" {
+	} else if s.Turn < w.Turn || !w.turnRunning() {
 		res.Forgotten = true
 	}
 	return res
@@ -368,31 +489,43 @@ func (w *agent) onTitle(ctx workflow.Context, r TitleRequest) (SessionView, erro
 		return w.view(), err
 	}
 	w.Title = t
-	w.Renames++
-	w.deliver(ctx, Outbound{Kind: OutboundTitle, Title: t, Key: fmt.Sprintf("%s/title/%d", w.workflowID, w.Renames)})
-	w.report(ctx, ManagerUpdateRename)
+	// The rename reached the chat only from version 1 on: sessions renamed
+	// before it replay without that delivery.
+	if workflow.GetVersion(ctx, changeTitleToChat, workflow.DefaultVersion, 1) >= 1 {
+		w.Renames++
+		w.deliver(ctx, Outbound{Kind: OutboundTitle, Title: t, Key: fmt.Sprintf("%s/title/%d", w.workflowID, w.Renames)})
+	}
+	if err := w.report(ctx, ManagerUpdateRename); err != nil {
+		w.logger.Warn("reporting the new title to the session manager failed", "error", err)
+	}
 	return w.view(), nil
 }
 
 func (w *agent) onStop(ctx workflow.Context, r StopRequest) (StopResult, error) {
-	if w.busy != "turn" || w.cancelTurn == nil {
+	if !w.turnRunning() || w.cancelTurn == nil {
 		return StopResult{Queued: len(w.Queue)}, nil
 	}
 	turn := w.Turn
 	w.cancelTurn()
 	// Answer once the turn has really ended: its activities were cancelled
 	// and waited for.
-	_ = workflow.Await(ctx, func() bool { return w.result(turn) != nil })
+	if err := workflow.Await(ctx, func() bool { return w.result(turn) != nil }); err != nil {
+		return StopResult{Turn: turn, Queued: len(w.Queue)}, err
+	}
 	res := w.result(turn)
+	if res == nil { // forgotten already: only the last few are kept
+		return StopResult{Stopped: true, Turn: turn, Queued: len(w.Queue)}, nil
+	}
 	stopped := res.Status == TurnStopped || res.Status == TurnCanceled
 	return StopResult{Stopped: stopped, Turn: turn, Queued: len(w.Queue)}, nil
 }
 
 func (w *agent) onPause(ctx workflow.Context, r PauseRequest) (SessionView, error) {
-	if err := w.acquire(ctx, "pause"); err != nil {
+	holder, err := w.acquire(ctx, "pause")
+	if err != nil {
 		return w.view(), err
 	}
-	defer w.release()
+	defer w.lock.release(holder)
 	if w.Sandbox != nil && w.SandboxUp {
 		if err := w.snapshot(ctx); err != nil {
 			return w.view(), fmt.Errorf("could not save the workspace, so the sandbox keeps running: %s", userError(err))
@@ -402,20 +535,24 @@ func (w *agent) onPause(ctx workflow.Context, r PauseRequest) (SessionView, erro
 		}
 	}
 	w.Paused = true
-	w.release()
-	w.report(ctx, ManagerUpdateSwitch)
+	// Let a waiting turn start while the registry learns of the pause.
+	w.lock.release(holder)
+	if err := w.report(ctx, ManagerUpdateSwitch); err != nil {
+		w.logger.Warn("reporting the pause to the session manager failed", "error", err)
+	}
 	return w.view(), nil
 }
 
 func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, error) {
 	w.destroying = true
-	if w.busy == "turn" && w.cancelTurn != nil {
+	if w.turnRunning() && w.cancelTurn != nil {
 		w.cancelTurn()
 	}
-	if err := w.acquire(ctx, "destroy"); err != nil {
+	holder, err := w.acquire(ctx, "destroy")
+	if err != nil {
 		return w.view(), err
 	}
-	defer w.release()
+	defer w.lock.release(holder)
 	if w.Sandbox != nil {
 		var a *Activities
 		err := workflow.ExecuteActivity(sandboxCtx(ctx, 5*time.Minute), a.DestroySandbox,
@@ -432,17 +569,20 @@ func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, 
 	}
 	w.Destroyed = true
 	w.Queue = nil
-	w.report(ctx, ManagerUpdateDestroy)
+	if err := w.report(ctx, ManagerUpdateDestroy); err != nil {
+		w.logger.Warn("reporting the destroy to the session manager failed", "error", err)
+	}
 	return w.view(), nil
 }
 
 // onSwitch moves the session to another backend. A switch that arrives
 // during a turn waits for the turn to end.
 func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, error) {
-	if err := w.acquire(ctx, "switch"); err != nil {
+	holder, err := w.acquire(ctx, "switch")
+	if err != nil {
 		return SwitchResult{}, err
 	}
-	defer w.release()
+	defer w.lock.release(holder)
 	res := SwitchResult{From: w.Backend, To: r.Backend}
 	if r.Backend == w.Backend && (r.Root == "" || r.Root == w.Root) {
 		res.Message = fmt.Sprintf("already on %s; nothing to do", w.Backend)
@@ -460,7 +600,7 @@ func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, e
 	}
 	var a *Activities
 	var ens EnsureSandboxResult
-	err := workflow.ExecuteActivity(sandboxCtx(ctx, 15*time.Minute), a.EnsureSandbox, EnsureSandboxInput{
+	err = workflow.ExecuteActivity(sandboxCtx(ctx, 15*time.Minute), a.EnsureSandbox, EnsureSandboxInput{
 		SessionID: w.workflowID, Backend: r.Backend, Root: r.Root, Title: w.Title, SnapshotKey: w.SnapshotKey,
 	}).Get(ctx, &ens)
 	if err != nil {
@@ -476,7 +616,9 @@ func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, e
 	}
 	res.Changed = true
 	res.Message = fmt.Sprintf("switched %s → %s; %d files came along", res.From, res.To, ens.Info.Files)
-	w.report(ctx, ManagerUpdateSwitch)
+	if err := w.report(ctx, ManagerUpdateSwitch); err != nil {
+		w.logger.Warn("reporting the switch to the session manager failed", "error", err)
+	}
 	return res, nil
 }
 
@@ -491,10 +633,11 @@ func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSee
 			return seed, nil
 		}
 	}
-	if err := w.acquire(ctx, "fork"); err != nil {
+	holder, err := w.acquire(ctx, "fork")
+	if err != nil {
 		return ForkSeed{}, err
 	}
-	defer w.release()
+	defer w.lock.release(holder)
 	if w.Sandbox != nil && w.SandboxUp && (w.Dirty || w.SnapshotKey == "") {
 		if err := w.snapshot(ctx); err != nil {
 			return ForkSeed{}, fmt.Errorf("could not save the workspace for the fork: %s", userError(err))
@@ -502,6 +645,7 @@ func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSee
 	}
 	forkID := AgentWorkflowID(r.ForkThreadKey)
 	seed := ForkSeed{ParentTitle: w.Title, ParentBackend: w.Backend, Usage: w.Usage,
+		Options: w.Options, Admins: slices.Clone(w.Admins),
 		Turns: append([]TurnSummary(nil), w.Summaries...), Pending: append([]llm.Message(nil), w.Pending...)}
 	var a *Activities
 	if w.SnapshotKey != "" {
@@ -534,9 +678,9 @@ func (w *agent) status() SessionStatus {
 	switch {
 	case w.Destroyed:
 		return StatusDestroyed
-	case w.busy == "turn":
+	case w.turnRunning():
 		return StatusRunning
-	case w.busy != "" && w.busy != "idle":
+	case !w.lock.free() && w.lock.kind != "idle":
 		return StatusBusy
 	case w.Paused:
 		return StatusPaused
@@ -551,7 +695,7 @@ func (w *agent) view() SessionView {
 		Root: w.Root, Status: w.status(), Turn: w.Turn, Queued: len(w.Queue),
 		Tools: append([]ToolStatus(nil), w.tools...), Usage: w.Usage, Forks: w.Forks,
 		Parent: w.Parent, Requester: w.Requester, Created: w.Created, LastError: w.LastError,
-		Snapshot: w.SnapshotKey,
+		Snapshot: w.SnapshotKey, Options: w.Options,
 	}
 	if w.Sandbox != nil {
 		v.SandboxID = w.Sandbox.ID
@@ -582,15 +726,51 @@ func (w *agent) registryStatus() SessionStatus {
 	}
 }
 
-// report tells the session manager about a change. It never fails the
-// caller: the registry is a view, and the next report corrects it.
-func (w *agent) report(ctx workflow.Context, update string) {
+// report tells the session manager about a change. Its error is for the
+// log only: the registry is a view, and the next report corrects it (the
+// manager keeps the newest entry). Whether a session exists is a fact of
+// Temporal (its workflow), not of the registry.
+func (w *agent) report(ctx workflow.Context, update string) error {
 	var a *Activities
-	err := workflow.ExecuteActivity(reportCtx(ctx), a.Report, ReportInput{Update: update, Entry: w.entry()}).Get(ctx, nil)
-	if err != nil {
-		w.logger.Warn("reporting to the session manager failed", "update", update, "error", err)
-	}
+	return workflow.ExecuteActivity(reportCtx(ctx), a.Report, ReportInput{Update: update, Entry: w.entry()}).Get(ctx, nil)
 }
+
+// registerSession reports the session to its manager; Registered says the
+// manager accepted it. A failed report is tried again in the background,
+// with growing pauses, until it succeeds (or, in a later run, from the
+// start), so that list and fork learn of the session; turns do not wait
+// for it.
+func (w *agent) registerSession(ctx workflow.Context) {
+	if err := w.report(ctx, ManagerUpdateCreate); err == nil {
+		w.Registered = true
+		return
+	} else {
+		w.logger.Warn("registering with the session manager failed; will try again", "error", err)
+	}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		wait := registerRetryMin
+		for !w.Registered && !w.Destroyed {
+			if err := workflow.Sleep(ctx, wait); err != nil {
+				return
+			}
+			if w.Destroyed {
+				return
+			}
+			if err := w.report(ctx, ManagerUpdateCreate); err != nil {
+				w.logger.Warn("registering with the session manager failed; will try again", "error", err)
+				wait = min(2*wait, registerRetryMax)
+				continue
+			}
+			w.Registered = true
+		}
+	})
+}
+
+// Pauses between attempts to register a session with its manager.
+const (
+	registerRetryMin = time.Minute
+	registerRetryMax = 30 * time.Minute
+)
 
 // ensureUp makes sure the session has a running sandbox, creating or
 // restoring one as needed, and records what happened for the user.
@@ -610,7 +790,9 @@ func (w *agent) ensureUp(ctx workflow.Context) error {
 	w.Sandbox, w.SandboxUp = &ens.State, true
 	if w.Paused {
 		w.Paused = false
-		w.report(ctx, ManagerUpdateSwitch)
+		if err := w.report(ctx, ManagerUpdateSwitch); err != nil {
+			w.logger.Warn("reporting the resume to the session manager failed", "error", err)
+		}
 	}
 	if ens.Lost {
 		if ens.Restored {
@@ -681,8 +863,14 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	w.cancelTurn = cancel
 	defer func() { cancel(); w.cancelTurn = nil; w.tools = nil }()
 
-	msgs := w.Queue
-	w.Queue = nil
+	// Take the messages that came before any waiting control request; the
+	// rest wait for it.
+	n := w.drainable()
+	msgs := slices.Clone(w.Queue[:n])
+	w.Queue = slices.Delete(w.Queue, 0, n)
+	if len(w.Queue) == 0 {
+		w.Queue = nil
+	}
 	if len(msgs) > 0 {
 		w.DrainedSeq = msgs[len(msgs)-1].Seq
 	}

@@ -298,6 +298,10 @@ type ForkSeed struct {
 	// Pending are messages the parent had not yet written to its
 	// transcript (results of a stopped turn's tool calls).
 	Pending []llm.Message `json:"pending,omitempty"`
+	// Options and Admins are the parent's: a fork runs with the same
+	// settings and the same admins (its requester is who forked it).
+	Options AgentOptions `json:"options"`
+	Admins  []string     `json:"admins,omitempty"`
 }
 
 // TitleRequest is the argument of UpdateTitle.
@@ -370,6 +374,8 @@ type SessionView struct {
 	Created    time.Time     `json:"created"`
 	LastError  string        `json:"last_error,omitempty"`
 	Snapshot   string        `json:"snapshot,omitempty"`
+	// Options are the session's settings (with defaults filled in).
+	Options AgentOptions `json:"options"`
 }
 
 // TurnSummary is one turn in QueryTranscript: what was asked and answered,
@@ -431,3 +437,12 @@ type ForkRecord struct {
 	RequestID string     `json:"request_id"`
 	Result    ForkResult `json:"result"`
 }
+
+// Change IDs of workflow.GetVersion: each names one change to the commands
+// a workflow issues, so that sessions started on older code replay. Never
+// reuse or remove one while a session recorded before it may be running.
+const (
+	// changeTitleToChat: a rename is delivered to the chat
+	// (OutboundTitle) before it is reported to the manager.
+	changeTitleToChat = "title-to-chat"
+)

@@ -57,7 +57,7 @@ func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (Fork
 	}
 	h, err := a.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: srcID, UpdateID: "fork/" + r.RequestID, UpdateName: UpdateForkSource,
-		Args:         []any{ForkSourceRequest{ForkThreadKey: thread, Backend: backend}},
+		Args:         []any{ForkSourceRequest{ForkThreadKey: thread, Backend: backend, By: r.Requester}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {
@@ -74,7 +74,7 @@ func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (Fork
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}, AgentWorkflowName, AgentInput{
 		ThreadKey: thread, Title: title, Backend: backend, Requester: r.Requester,
-		Parent: r.SourceThread, Seed: &seed,
+		Admins: seed.Admins, Parent: r.SourceThread, Seed: &seed, Options: seed.Options,
 	})
 	if err != nil {
 		return ForkResult{}, fmt.Errorf("starting the fork: %w", err)

@@ -8,45 +8,47 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/internal/fakeopenai"
 )
 
-// TestReplayHistories replays every saved history in testdata/ against the
-// current workflow code: a change that would break running sessions (a
+// TestReplayHistories replays every saved history under testdata/ against
+// the current workflow code: a change that would break running sessions (a
 // command added, removed or reordered without workflow.GetVersion) fails
-// here. The histories come from real runs (TestRecordHistories); when a
-// change is meant to break them, version it, or regenerate them and say why.
+// here. The histories come from real runs (TestRecordHistories), one
+// directory per commit that recorded them. They are never re-recorded:
+// a new recording goes into a new directory beside the old ones, and the
+// old ones stay as long as a session started on that code may run.
+//
+// Files named *.unversioned-*.json hold histories that a past change broke
+// without a version marker; TestReplayKnownBreaks covers them.
 func TestReplayHistories(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no histories in testdata/: record them with AGENTBOT_RECORD_HISTORIES=1 go test -run TestRecordHistories ./agentflow/")
-	}
-	quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	files := historyFiles(t)
+	commits := map[string]bool{}
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
+		commits[filepath.Base(filepath.Dir(file))] = true
+		t.Run(filepath.ToSlash(strings.TrimPrefix(file, "testdata"+string(filepath.Separator))), func(t *testing.T) {
 			events := readHistory(t, file)
 			typ := events[0].GetWorkflowExecutionStartedEventAttributes().GetWorkflowType().GetName()
 			if typ != agentflow.AgentWorkflowName && typ != agentflow.SessionManagerWorkflowName {
 				t.Fatalf("history of an unknown workflow type %q", typ)
 			}
-
-			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(agentflow.AgentWorkflow, workflow.RegisterOptions{Name: agentflow.AgentWorkflowName})
-			r.RegisterWorkflowWithOptions(agentflow.SessionManagerWorkflow, workflow.RegisterOptions{Name: agentflow.SessionManagerWorkflowName})
-			if err := r.ReplayWorkflowHistoryFromJSONFile(quiet, file); err != nil {
+			if err := replay(file); err != nil {
 				t.Fatalf("replaying %s (%d events of %s): %v", file, len(events), typ, err)
 			}
 
@@ -59,11 +61,83 @@ func TestReplayHistories(t *testing.T) {
 			stub.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ agentflow.ManagerInput) error {
 				return workflow.Await(ctx, func() bool { return false })
 			}, workflow.RegisterOptions{Name: agentflow.SessionManagerWorkflowName})
-			if err := stub.ReplayWorkflowHistoryFromJSONFile(quiet, file); err == nil {
+			if err := stub.ReplayWorkflowHistoryFromJSONFile(quietLogger(), file); err == nil {
 				t.Fatalf("a do-nothing workflow replayed %s without error", file)
 			}
 		})
 	}
+	if len(commits) < 2 {
+		t.Errorf("histories from %d commits; the corpus keeps those of every released change (at least two)", len(commits))
+	}
+}
+
+// TestReplayKnownBreaks: commit dc784e2 added the delivery of a rename to
+// the chat without a version marker, so a session renamed on that code
+// cannot replay on code that versions the change (the sessions of the code
+// before it can, and those are what the marker protects). This pins down
+// that the break is exactly there and nowhere else — at the Deliver right
+// after the title update — which is what an operator needs to know: such a
+// session is reset to the workflow task before its rename
+// (docs/architecture.md, "Deploying new code").
+func TestReplayKnownBreaks(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*", "*.unversioned-*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no known breaks in testdata/")
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			events := readHistory(t, file)
+			err := replay(file)
+			if err == nil {
+				t.Fatalf("%s replayed; if the break was fixed, move the file back into the corpus", file)
+			}
+			m := regexp.MustCompile(`scheduledEventID to activityID: scheduleEventID: (\d+)`).FindStringSubmatch(err.Error())
+			if m == nil {
+				t.Fatalf("replaying %s failed, but not at an activity the code no longer schedules: %v", file, err)
+			}
+			id, _ := strconv.ParseInt(m[1], 10, 64)
+			ev := events[id-1]
+			if name := ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName(); name != "Deliver" {
+				t.Fatalf("the break is at event %d (%s %s), not at a Deliver", id, ev.GetEventType(), name)
+			}
+			var in agentflow.Outbound
+			payload := ev.GetActivityTaskScheduledEventAttributes().GetInput().GetPayloads()[0]
+			if err := converter.GetDefaultDataConverter().FromPayload(payload, &in); err != nil {
+				t.Fatal(err)
+			}
+			if in.Kind != agentflow.OutboundTitle {
+				t.Fatalf("the break is at the delivery of a %q, not of a title", in.Kind)
+			}
+		})
+	}
+}
+
+func historyFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "*", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.Contains(filepath.Base(f), ".unversioned-") })
+	if len(files) == 0 {
+		t.Fatal("no histories in testdata/: record them with AGENTBOT_RECORD_HISTORIES=1 go test -run TestRecordHistories ./agentflow/")
+	}
+	return files
+}
+
+func quietLogger() tlog.Logger {
+	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// replay replays one saved history against the current workflow code.
+func replay(file string) error {
+	r := worker.NewWorkflowReplayer()
+	r.RegisterWorkflowWithOptions(agentflow.AgentWorkflow, workflow.RegisterOptions{Name: agentflow.AgentWorkflowName})
+	r.RegisterWorkflowWithOptions(agentflow.SessionManagerWorkflow, workflow.RegisterOptions{Name: agentflow.SessionManagerWorkflowName})
+	return r.ReplayWorkflowHistoryFromJSONFile(quietLogger(), file)
 }
 
 // readHistory reads a saved history and checks that it is one whole run.
@@ -83,25 +157,50 @@ func readHistory(t *testing.T, file string) []*historypb.HistoryEvent {
 	return h.Events
 }
 
-// TestRecordHistories makes the histories of testdata/ from real runs on the
-// dev server: a session through three turns with tools, a title, a fork, a
-// pause and a resumed turn, a switch to another local root, a stop during a
-// sleep and a destroy; the fork's session; and the session manager that
-// recorded all of it. It is a generator, not a check: it runs only with
-// AGENTBOT_RECORD_HISTORIES=1, and overwrites the files.
+// TestRecordHistories makes histories for testdata/ from real runs on the
+// dev server: a session through turns with tools, a failed turn, a title, a
+// fork, a pause and a resumed turn, a switch to another local root, a stop
+// during a sleep, an idle stop and the turn that resumes it, continue-as-new
+// (after every few turns, so later runs start from carried state) and a
+// destroy; the fork's session; and the session manager that recorded all of
+// it. It is a generator, not a check: it runs only with
+// AGENTBOT_RECORD_HISTORIES set to the name of a new directory (the short
+// commit the code is at), and refuses to write into one that exists —
+// recorded histories are never replaced.
 //
-//	AGENTBOT_RECORD_HISTORIES=1 go test -run TestRecordHistories ./agentflow/
+//	AGENTBOT_RECORD_HISTORIES=$(git rev-parse --short HEAD) go test -run TestRecordHistories ./agentflow/
 //
 // Run it alone: the manager's history would otherwise also hold the reports
 // of the other tests' sessions.
 func TestRecordHistories(t *testing.T) {
-	if os.Getenv("AGENTBOT_RECORD_HISTORIES") != "1" {
-		t.Skip("set AGENTBOT_RECORD_HISTORIES=1 to record the histories of testdata/")
+	dir := os.Getenv("AGENTBOT_RECORD_HISTORIES")
+	if dir == "" {
+		t.Skip("set AGENTBOT_RECORD_HISTORIES=<new directory name> to record histories into testdata/")
 	}
-	r := newRig(t, rigOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	dir = filepath.Join("testdata", filepath.Base(dir))
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatalf("%s exists: recorded histories are never replaced; record into a new directory", dir)
+	}
+	const failWord = "please-fail-this-turn"
+	script := fakeopenai.DirectiveScript()
+	r := newRig(t, rigOptions{script: func(ctx context.Context, c fakeopenai.Call) (fakeopenai.Reply, error) {
+		if u := userTexts(fakeopenai.RecordedRequest{Call: c}); len(u) > 0 && strings.Contains(u[len(u)-1], failWord) {
+			last := c.Messages[len(c.Messages)-1]
+			if last.Role == "user" {
+				return fakeopenai.Reply{Error: &fakeopenai.HTTPError{Status: 400, Type: "invalid_request_error",
+					Message: "this turn fails on purpose"}}, nil
+			}
+		}
+		return script(ctx, c)
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	const thread = "term:record"
+	const idle = 4 * time.Second
+	if _, err := r.cl.Start(ctx, agentflow.AgentInput{ThreadKey: thread, Backend: "local", Requester: "tester",
+		Admins: []string{"admin"}, Options: agentflow.AgentOptions{MaxTurnsPerRun: 4, IdleTimeout: idle}}); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, text := range []string{
 		"write: notes.txt <<< recorded\\nwith two lines",
@@ -112,10 +211,13 @@ func TestRecordHistories(t *testing.T) {
 			t.Fatalf("turn %q: %+v", text, res)
 		}
 	}
+	if res := r.send(thread, "sh: echo before the failure\n"+failWord); res.Status != agentflow.TurnFailed {
+		t.Fatalf("the failing turn: %+v", res)
+	}
 	if _, err := r.cl.Title(ctx, thread, agentflow.TitleRequest{Title: "recorded session", By: "tester"}); err != nil {
 		t.Fatal(err)
 	}
-	fork, err := r.cl.Fork(ctx, agentflow.ForkRequest{SourceThread: thread, RequestID: "record-fork", Requester: "tester"})
+	fork, err := r.cl.Fork(ctx, agentflow.ForkRequest{SourceThread: thread, RequestID: "record-fork", Requester: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +226,16 @@ func TestRecordHistories(t *testing.T) {
 		t.Fatalf("pause: %+v %v", v, err)
 	}
 	mustContain(t, "resumed", r.send(thread, "sh: cat three.txt").Answer, "third")
-	if sw, err := r.cl.Switch(ctx, thread, agentflow.SwitchRequest{Backend: "local", Root: t.TempDir(), By: "tester"}); err != nil || !sw.Changed {
+	if sw, err := r.cl.Switch(ctx, thread, agentflow.SwitchRequest{Backend: "local", Root: t.TempDir(), By: "admin"}); err != nil || !sw.Changed {
 		t.Fatalf("switch: %+v %v", sw, err)
 	}
 	mustContain(t, "switched", r.send(thread, "sh: cat notes.txt three.txt").Answer, "recorded", "third")
+
+	// Idle: the sandbox is saved and stopped; the next turn resumes it.
+	waitFor(t, "the idle stop", func() bool {
+		return historyHas(t, r.tc, agentflow.AgentWorkflowID(thread), "StopSandbox")
+	})
+	mustContain(t, "after idle", r.send(thread, "sh: cat notes.txt").Answer, "recorded")
 
 	// Stop during a sleep; the next turn runs.
 	if _, err := r.cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread}, agentflow.MessageRequest{ID: "record-sleep", Text: "sleep: 30"}); err != nil {
@@ -147,7 +255,7 @@ func TestRecordHistories(t *testing.T) {
 	mustContain(t, "after stop", r.send(thread, "sh: echo after-stop").Answer, "after-stop")
 
 	for _, th := range []string{thread, fork.ThreadKey} {
-		if _, err := r.cl.Destroy(ctx, th, agentflow.DestroyRequest{By: "tester"}); err != nil {
+		if _, err := r.cl.Destroy(ctx, th, agentflow.DestroyRequest{By: "admin"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,27 +277,34 @@ func TestRecordHistories(t *testing.T) {
 			t.Fatalf("the session of %s did not end well: %v", th, err)
 		}
 	}
+	if runs := len(histories(t, r.tc, agentflow.AgentWorkflowID(thread))); runs < 2 {
+		t.Fatalf("the session ran in %d run(s); the recording must cover continue-as-new", runs)
+	}
 
-	writeHistories(t, r.tc, agentflow.AgentWorkflowID(thread), "agent_lifecycle")
-	writeHistories(t, r.tc, agentflow.AgentWorkflowID(fork.ThreadKey), "agent_fork")
-	writeHistories(t, r.tc, agentflow.ManagerWorkflowID(thread), "manager")
+	writeHistories(t, r.tc, dir, agentflow.AgentWorkflowID(thread), "agent_lifecycle")
+	writeHistories(t, r.tc, dir, agentflow.AgentWorkflowID(fork.ThreadKey), "agent_fork")
+	writeHistories(t, r.tc, dir, agentflow.ManagerWorkflowID(thread), "manager")
 }
 
-// writeHistories writes every run of a workflow as testdata/<name>.json (the
-// first run) and testdata/<name>-run<N>.json (runs after continue-as-new),
-// in the JSON form the replayer reads.
-func writeHistories(t *testing.T, tc client.Client, workflowID, name string) {
-	t.Helper()
-	old, err := filepath.Glob(filepath.Join("testdata", name+"*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range old {
-		if err := os.Remove(f); err != nil {
-			t.Fatal(err)
+// historyHas says whether any run of the workflow scheduled an activity of
+// the given type.
+func historyHas(t *testing.T, tc client.Client, workflowID, activity string) bool {
+	for _, run := range histories(t, tc, workflowID) {
+		for _, ev := range run {
+			if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == activity {
+				return true
+			}
 		}
 	}
-	if err := os.MkdirAll("testdata", 0o755); err != nil {
+	return false
+}
+
+// writeHistories writes every run of a workflow as <dir>/<name>.json (the
+// first run) and <dir>/<name>-run<N>.json (runs after continue-as-new), in
+// the JSON form the replayer reads.
+func writeHistories(t *testing.T, tc client.Client, dir, workflowID, name string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for i, events := range histories(t, tc, workflowID) {
@@ -206,9 +321,9 @@ func writeHistories(t *testing.T, tc client.Client, workflowID, name string) {
 		if data, err = json.MarshalIndent(v, "", "  "); err != nil {
 			t.Fatal(err)
 		}
-		file := filepath.Join("testdata", name+".json")
+		file := filepath.Join(dir, name+".json")
 		if i > 0 {
-			file = filepath.Join("testdata", fmt.Sprintf("%s-run%d.json", name, i+1))
+			file = filepath.Join(dir, fmt.Sprintf("%s-run%d.json", name, i+1))
 		}
 		if err := os.WriteFile(file, append(data, '\n'), 0o644); err != nil {
 			t.Fatal(err)

@@ -12,11 +12,13 @@ import (
 // workspace live in the blob store and are referenced here by key, and every
 // list is bounded.
 type AgentState struct {
-	ThreadKey string       `json:"thread_key"`
-	Title     string       `json:"title"`
-	Backend   string       `json:"backend"`
-	Root      string       `json:"root,omitempty"`
-	Requester string       `json:"requester,omitempty"`
+	ThreadKey string `json:"thread_key"`
+	Title     string `json:"title"`
+	Backend   string `json:"backend"`
+	Root      string `json:"root,omitempty"`
+	Requester string `json:"requester,omitempty"`
+	// Admins may control the session as its requester may.
+	Admins    []string     `json:"admins,omitempty"`
 	Parent    string       `json:"parent,omitempty"`
 	Created   time.Time    `json:"created"`
 	Options   AgentOptions `json:"options"`

@@ -189,6 +189,9 @@ type agentEnv struct {
 	thread  string
 	mu      sync.Mutex
 	reports []agentflow.ReportInput
+	// reportHook, when set, answers the Report activity (called with mu
+	// held).
+	reportHook func(agentflow.ReportInput) error
 	// hooks run, on the main loop, when an activity starts; a hook that
 	// returns true is removed.
 	hooks []func(info *activity.Info, args converter.EncodedValues) bool
@@ -215,6 +218,9 @@ func (p *parts) newEnv(thread string) *agentEnv {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.reports = append(e.reports, in)
+			if e.reportHook != nil {
+				return e.reportHook(in)
+			}
 			return nil
 		})
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
