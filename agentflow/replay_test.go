@@ -232,8 +232,9 @@ func TestRecordHistories(t *testing.T) {
 	mustContain(t, "switched", r.send(thread, "sh: cat notes.txt three.txt").Answer, "recorded", "third")
 
 	// Idle: the sandbox is saved and stopped; the next turn resumes it.
+	stops := countActivities(t, r.tc, agentflow.AgentWorkflowID(thread), "StopSandbox")
 	waitFor(t, "the idle stop", func() bool {
-		return historyHas(t, r.tc, agentflow.AgentWorkflowID(thread), "StopSandbox")
+		return countActivities(t, r.tc, agentflow.AgentWorkflowID(thread), "StopSandbox") > stops
 	})
 	mustContain(t, "after idle", r.send(thread, "sh: cat notes.txt").Answer, "recorded")
 
@@ -286,17 +287,18 @@ func TestRecordHistories(t *testing.T) {
 	writeHistories(t, r.tc, dir, agentflow.ManagerWorkflowID(thread), "manager")
 }
 
-// historyHas says whether any run of the workflow scheduled an activity of
-// the given type.
-func historyHas(t *testing.T, tc client.Client, workflowID, activity string) bool {
+// countActivities counts the activities of the given type that any run of
+// the workflow scheduled.
+func countActivities(t *testing.T, tc client.Client, workflowID, activity string) int {
+	n := 0
 	for _, run := range histories(t, tc, workflowID) {
 		for _, ev := range run {
 			if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == activity {
-				return true
+				n++
 			}
 		}
 	}
-	return false
+	return n
 }
 
 // writeHistories writes every run of a workflow as <dir>/<name>.json (the
