@@ -931,6 +931,9 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	}
 	if len(appendMsgs) > 0 && res.Status == TurnRunning {
 		w.Pending = append(w.Pending, appendMsgs...)
+		if !w.destroying && workflow.GetVersion(ctx, changePendingToTranscript, workflow.DefaultVersion, 1) >= 1 {
+			w.savePending(ctx)
+		}
 	}
 
 	switch {
@@ -971,6 +974,56 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	if !w.destroying {
 		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status})
 	}
+}
+
+// savePending writes the messages of a turn that failed or was stopped into
+// the transcript, so that the state (carried through continue-as-new and
+// sent with the next model call) does not grow with every failed turn. If
+// the blob store cannot take them now, they stay in Pending, bounded: the
+// oldest user messages past the bound are dropped, and the user is told.
+func (w *agent) savePending(ctx workflow.Context) {
+	var a *Activities
+	var ref TranscriptRef
+	err := workflow.ExecuteActivity(storeCtx(ctx), a.AppendTranscript, AppendInput{
+		SessionID: w.workflowID, Transcript: w.Transcript, Messages: w.Pending,
+	}).Get(ctx, &ref)
+	if err == nil {
+		w.Transcript, w.Pending = ref, nil
+		return
+	}
+	w.logger.Warn("keeping the messages of a failed turn in the transcript failed", "error", err)
+	if dropped := boundPending(&w.Pending); dropped > 0 {
+		w.notice(fmt.Sprintf("(%d earlier messages could not be kept while the model and the blob store were failing; please send them again.)", dropped))
+	}
+}
+
+// Bounds of AgentState.Pending when it cannot be saved to the transcript.
+const (
+	maxPendingMessages = 64
+	maxPendingBytes    = 256 << 10
+)
+
+// boundPending drops the oldest user messages of p until it is within the
+// bounds (tool results stay: each answers a call in the transcript), and
+// returns how many it dropped.
+func boundPending(p *[]llm.Message) int {
+	size := func() int {
+		n := 0
+		for _, m := range *p {
+			n += len(m.Content)
+		}
+		return n
+	}
+	dropped := 0
+	for len(*p) > maxPendingMessages || size() > maxPendingBytes {
+		i := slices.IndexFunc(*p, func(m llm.Message) bool { return m.Role == llm.RoleUser })
+		if i < 0 {
+			break
+		}
+		*p = slices.Delete(*p, i, i+1)
+		dropped++
+	}
+	return dropped
 }
 
 // importFiles copies the files shared with msgs into the workspace and

@@ -445,4 +445,8 @@ const (
 	// changeTitleToChat: a rename is delivered to the chat
 	// (OutboundTitle) before it is reported to the manager.
 	changeTitleToChat = "title-to-chat"
+	// changePendingToTranscript: the input of a failed or stopped turn is
+	// written to the transcript (AppendTranscript) instead of being
+	// carried in the state.
+	changePendingToTranscript = "pending-to-transcript"
 )
