@@ -1,7 +1,11 @@
 // Package fakedaytona is an in-process fake of the Daytona API and toolbox
 // for tests: sandboxes whose states take time to change, a temp directory
 // per sandbox as its filesystem (and home directory), /process/execute
-// running /bin/sh -c in it for real, and file upload and download. Every
+// running /bin/sh -c in it for real, and file upload and download. As with
+// the real daemon, execute answers only when the command ended, and a
+// client that leaves does not stop the command: a client that gives up on
+// an execute and sends it again runs the command twice. Faults can be
+// injected (FailNext, RefuseNext, DropNext). Every
 // request and response is validated against the offline OpenAPI specs
 // (/work/shared/specs, found at AGENTBOT_SPECS_DIR or ../../../shared/specs
 // from the test's working directory); a validation failure answers 500 and
@@ -66,9 +70,18 @@ type Server struct {
 	sandboxes map[string]*sandbox
 	nextID    int
 	faults    []int // statuses to answer the next API requests with
+	refuse    []pathFault
+	drop      []pathFault
 	errs      []string
 	requests  int
 	rejected  int
+}
+
+// pathFault is a fault injected into the next request with this method and
+// path (the API path, or the toolbox path below the sandbox).
+type pathFault struct {
+	method, path string
+	status       int
 }
 
 type sandbox struct {
@@ -131,6 +144,38 @@ func (s *Server) FailNext(statuses ...int) {
 	s.mu.Lock()
 	s.faults = append(s.faults, statuses...)
 	s.mu.Unlock()
+}
+
+// RefuseNext makes the next request with this method and path answer
+// status without being handled, as a rate limiter or an overloaded proxy
+// in front of the server does. path is an API path ("/api/sandbox") or a
+// toolbox path below the sandbox ("/process/execute").
+func (s *Server) RefuseNext(method, path string, status int) {
+	s.mu.Lock()
+	s.refuse = append(s.refuse, pathFault{method, path, status})
+	s.mu.Unlock()
+}
+
+// DropNext makes the next request with this method and path be handled in
+// full (a command it starts runs to its end) and then closes its
+// connection without an answer, as when a connection resets after the
+// server acted. path is as for RefuseNext.
+func (s *Server) DropNext(method, path string) {
+	s.mu.Lock()
+	s.drop = append(s.drop, pathFault{method, path, 0})
+	s.mu.Unlock()
+}
+
+// take removes and returns the first fault of *faults matching the
+// request; s.mu is held.
+func take(faults *[]pathFault, method, path string) (pathFault, bool) {
+	for i, f := range *faults {
+		if f.method == method && f.path == path {
+			*faults = append((*faults)[:i], (*faults)[i+1:]...)
+			return f, true
+		}
+	}
+	return pathFault{}, false
 }
 
 // Requests counts the main-API requests answered so far.
@@ -250,6 +295,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	vreq.Body = io.NopCloser(bytes.NewReader(body))
 	vreq.URL.Scheme, vreq.URL.Host = "http", r.Host
 	isAPI := len(r.URL.Path) >= 4 && r.URL.Path[:4] == "/api"
+	faultPath := r.URL.Path
+	if _, rest, ok := splitToolbox(r.URL.Path); ok && !isAPI {
+		faultPath = rest
+	}
+	s.mu.Lock()
+	refused, refuse := take(&s.refuse, r.Method, faultPath)
+	_, drop := take(&s.drop, r.Method, faultPath)
+	s.mu.Unlock()
+	if refuse {
+		writeJSON(w, refused.status, map[string]any{"statusCode": refused.status, "message": "injected fault"})
+		return
+	}
 	if isAPI {
 		router = s.apiRouter
 		s.mu.Lock()
@@ -295,6 +352,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "fakedaytona: response does not match the spec", http.StatusInternalServerError)
 			return
 		}
+	}
+	if drop {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
 	}
 	for k, v := range rec.Header() {
 		w.Header()[k] = v

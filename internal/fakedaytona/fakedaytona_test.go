@@ -107,3 +107,33 @@ func TestInvalidToolboxRequestIsRecorded(t *testing.T) {
 		t.Fatalf("got %d, errors %v", code, s.Errors())
 	}
 }
+
+func TestRefuseAndDrop(t *testing.T) {
+	s := newServer(t)
+	_, body := call(t, s, "POST", s.APIURL()+"/sandbox", "application/json", []byte(`{}`))
+	var sb struct{ ID string }
+	json.Unmarshal(body, &sb)
+	time.Sleep(150 * time.Millisecond)
+	exec := s.URL + "/toolbox/" + sb.ID + "/process/execute"
+	cmd := []byte(`{"command":"echo run >>runs.log; grep -c run runs.log","timeout":5}`)
+
+	s.RefuseNext("POST", "/process/execute", http.StatusServiceUnavailable)
+	if code, _ := call(t, s, "POST", exec, "application/json", cmd); code != http.StatusServiceUnavailable {
+		t.Fatalf("refused execute: %d", code)
+	}
+	s.DropNext("POST", "/process/execute")
+	req, _ := http.NewRequest("POST", exec, bytes.NewReader(cmd))
+	req.Header.Set("Authorization", "Bearer "+s.Key())
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("dropped execute answered %d", resp.StatusCode)
+	}
+	// The refused one did not run, the dropped one did.
+	if code, body := call(t, s, "POST", exec, "application/json", cmd); code != 200 || !strings.Contains(string(body), `"result":"2\n"`) {
+		t.Fatalf("execute after the faults: %d %s; want the second run", code, body)
+	}
+	if errs := s.Errors(); len(errs) > 0 {
+		t.Fatalf("validation: %v", errs)
+	}
+}

@@ -11,6 +11,9 @@
 // against e2b-envd-connect.md. A violation makes the fake answer 500 with
 // the reason and is recorded: see Failures.
 //
+// Faults can be injected: FailNext answers a request with an error status
+// unhandled, DropNext handles it and closes the connection unanswered.
+//
 // Limits: commands run on the host as the test's user, not in a VM;
 // "paused" stops the sandbox's process groups with SIGSTOP (processes that
 // left their group are not frozen); timeouts are recorded, not enforced.
@@ -85,12 +88,20 @@ type Server struct {
 	sbx      map[string]*sandbox
 	failures []string
 	faults   []fault
+	drops    []fault
 }
 
 type fault struct {
 	method, path string
 	status       int
 }
+
+// discardWriter is the ResponseWriter of a request whose answer is dropped.
+type discardWriter struct{ h http.Header }
+
+func (d discardWriter) Header() http.Header         { return d.h }
+func (d discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d discardWriter) WriteHeader(int)             {}
 
 type sandbox struct {
 	id, dir, token, template string
@@ -178,6 +189,16 @@ func (s *Server) FailNext(method, path string, status int) {
 	s.mu.Unlock()
 }
 
+// DropNext makes the next request with this method and path (as for
+// FailNext) be handled in full (a command it starts runs to its end) and
+// then closes its connection without an answer, as when a connection
+// resets after the server acted.
+func (s *Server) DropNext(method, path string) {
+	s.mu.Lock()
+	s.drops = append(s.drops, fault{method, path, 0})
+	s.mu.Unlock()
+}
+
 // EnvdURL is the envd base URL of a sandbox of this fake.
 func (s *Server) EnvdURL(id string) string { return s.URL + "/sbx/" + id }
 
@@ -204,13 +225,25 @@ func (s *Server) fail(format string, args ...any) string {
 func (s *Server) takeFault(method, path string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, f := range s.faults {
+	return take(&s.faults, method, path)
+}
+
+func (s *Server) takeDrop(method, path string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return take(&s.drops, method, path) >= 0
+}
+
+// take removes the first fault of *faults matching the request and returns
+// its status, or -1 when none matches; s.mu is held.
+func take(faults *[]fault, method, path string) int {
+	for i, f := range *faults {
 		if f.method == method && f.path == path {
-			s.faults = append(s.faults[:i], s.faults[i+1:]...)
+			*faults = append((*faults)[:i], (*faults)[i+1:]...)
 			return f.status
 		}
 	}
-	return 0
+	return -1
 }
 
 // serve routes a request: /sbx/<id>/... is envd, the rest the control plane.
@@ -223,7 +256,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		p = "/" + p
 		v = s.envd
 	}
-	if st := s.takeFault(r.Method, p); st != 0 {
+	if s.takeDrop(r.Method, p) {
+		s.serve(discardWriter{h: http.Header{}}, r)
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
+	}
+	if st := s.takeFault(r.Method, p); st > 0 {
 		writeJSON(w, st, map[string]any{"code": st, "message": "injected fault"})
 		return
 	}

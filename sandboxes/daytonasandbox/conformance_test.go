@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/agentbot/agentbot/internal/fakedaytona"
 	"github.com/agentbot/agentbot/sandboxes"
@@ -19,6 +20,11 @@ const (
 	fakeKeyEnv = "AGENTBOT_FAKEDAYTONA_KEY"
 )
 
+// requestTimeout is the client's per-request timeout in the suite: short,
+// so that LongExecRunsOnce runs a command that outlasts it, and long
+// enough for any call to the fake on a loaded machine.
+const requestTimeout = 5 * time.Second
+
 // fake is this process's fake, nil in a child process.
 var fake *fakedaytona.Server
 
@@ -26,11 +32,13 @@ func harness() sandboxtest.Harness {
 	return sandboxtest.Harness{
 		Name: daytonasandbox.Name,
 		NewBackend: func() (sandboxes.Backend, error) {
-			return daytonasandbox.New(daytonasandbox.Options{APIKey: os.Getenv(fakeKeyEnv), APIURL: os.Getenv(fakeURLEnv)})
+			return daytonasandbox.New(daytonasandbox.Options{APIKey: os.Getenv(fakeKeyEnv), APIURL: os.Getenv(fakeURLEnv),
+				RequestTimeout: requestTimeout})
 		},
 		Exists: func(ctx context.Context, t testing.TB, st sandboxes.State) bool {
 			return fake.Exists(st.ID)
 		},
+		RequestTimeout: requestTimeout,
 	}
 }
 

@@ -14,9 +14,20 @@
 // second execute that kills (SIGKILL) every process whose environment holds
 // the command's marker: this finds children that left the process group or
 // session (setsid, double forks); a process that cleared its environment
-// escapes it. The execute call's own timeout is set to the ctx deadline plus
-// a margin, as a backstop should the kill call fail. Stop and Destroy kill
-// every process with the sandbox's marker prefix the same way.
+// escapes it. Stop and Destroy kill every process with the sandbox's
+// marker prefix the same way.
+//
+// Retries. The execute call stays open for the whole command, so it is not
+// bounded by Options.RequestTimeout but by the command's own timeout (the
+// ctx deadline, sent as the daemon's timeout too) plus a margin, a
+// backstop should the kill call fail. It is never sent again once it may
+// have reached the daemon: a timeout or a connection lost mid-answer
+// leaves the command running, and a second attempt would run it twice,
+// concurrently. It is retried only after a failure to connect (dial, DNS,
+// proxy) or a 429 or 503, as is the sandbox create. Idempotent calls
+// (GET, DELETE, file uploads to a fixed path, start, stop) are retried on
+// any 429, 5xx or connection error, each attempt bounded by
+// Options.RequestTimeout.
 //
 // Files, snapshots. ReadFile and WriteFile resolve the path in the sandbox
 // (realpath) and refuse paths that resolve outside the workspace; there is
@@ -54,6 +65,8 @@ const (
 	// DefaultStateTimeout bounds the wait for a state change (creating →
 	// started, stopping → stopped).
 	DefaultStateTimeout = 3 * time.Minute
+	// DefaultRequestTimeout bounds one attempt of one HTTP call.
+	DefaultRequestTimeout = 2 * time.Minute
 )
 
 // Options configures the backend.
@@ -72,6 +85,9 @@ type Options struct {
 	StateTimeout time.Duration
 	// PollInterval is the first interval of state polling; default 250ms.
 	PollInterval time.Duration
+	// RequestTimeout bounds one attempt of one HTTP call; default
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
 }
 
 // Backend makes Daytona sandboxes.
@@ -104,6 +120,9 @@ func New(opts Options) (*Backend, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 250 * time.Millisecond
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	if opts.CPU < 0 || opts.MemoryGB < 0 || opts.DiskGB < 0 || opts.AutoStopMinutes < 0 || opts.AutoArchiveMinutes < 0 || opts.AutoDeleteMinutes < 0 {
 		return nil, sandboxes.Invalidf("daytona: negative resources or intervals")
 	}
@@ -111,7 +130,7 @@ func New(opts Options) (*Backend, error) {
 	if hc == nil {
 		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	return &Backend{opts: opts, c: &client{hc: hc, key: opts.APIKey, apiURL: opts.APIURL}}, nil
+	return &Backend{opts: opts, c: &client{hc: hc, key: opts.APIKey, apiURL: opts.APIURL, timeout: opts.RequestTimeout}}, nil
 }
 
 // Description implements sandboxes.Backend.
@@ -257,6 +276,8 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 		AutoDeleteInterval: intp(b.opts.AutoDeleteMinutes),
 	}
 	var s sandboxDTO
+	// Not idempotent: a repeated create would make a second sandbox, so it
+	// is sent again only when the first provably did not reach the API.
 	if err := b.c.json(ctx, http.MethodPost, b.opts.APIURL+"/sandbox", req, &s); err != nil {
 		return nil, err
 	}
@@ -309,7 +330,8 @@ func (b *Backend) Attach(ctx context.Context, st sandboxes.State) (sandboxes.Ins
 	switch s.State {
 	case "started":
 	case "stopped", "archived", "paused":
-		if err := b.c.json(ctx, http.MethodPost, b.sandboxURL(st.ID, "/start"), nil, nil); err != nil {
+		// Idempotent: starting a starting or started sandbox is no error.
+		if _, err := b.c.do(ctx, request{method: http.MethodPost, url: b.sandboxURL(st.ID, "/start"), idempotent: true}); err != nil {
 			return nil, mapNotFound(err, st.ID)
 		}
 		fallthrough

@@ -3,9 +3,12 @@ package daytonasandbox_test
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +173,90 @@ func TestReadMissingFile(t *testing.T) {
 	defer inst.Destroy(context.Background())
 	if _, err := inst.ReadFile(ctx, "nope.txt"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// newStarted creates a sandbox on f and destroys it when the test ends.
+func newStarted(t *testing.T, b *daytonasandbox.Backend) sandboxes.Instance {
+	t.Helper()
+	inst, err := b.Create(t.Context(), sandboxes.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Destroy(context.Background()) })
+	return inst
+}
+
+// runs execs a command that appends a line to runs.log and returns how many
+// lines runs.log has then and the Exec's error.
+func runs(t *testing.T, inst sandboxes.Instance) (int, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, execErr := inst.Exec(ctx, sandboxes.ExecRequest{Command: "echo run >>runs.log"}, io.Discard, io.Discard)
+	rc, err := inst.ReadFile(ctx, "runs.log")
+	if err != nil {
+		t.Fatalf("reading runs.log: %v (exec: %v)", err, execErr)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), "run\n"), execErr
+}
+
+// TestExecNotResentAfterReset: an execute whose connection closed after
+// the server ran the command must not be sent again.
+func TestExecNotResentAfterReset(t *testing.T) {
+	f := newFake(t, fakedaytona.Options{StateDelay: 20 * time.Millisecond})
+	inst := newStarted(t, newBackend(t, f, f.Key(), nil))
+	f.DropNext(http.MethodPost, "/process/execute")
+	n, err := runs(t, inst)
+	if n != 1 {
+		t.Errorf("the command ran %d times after its answer was lost, want once", n)
+	}
+	if err == nil {
+		t.Error("a lost answer gave no error: the exit code is unknown")
+	}
+}
+
+// TestExecRetriedWhenRefused: a 429 or 503 means the command was not run,
+// so the execute is sent again.
+func TestExecRetriedWhenRefused(t *testing.T) {
+	f := newFake(t, fakedaytona.Options{StateDelay: 20 * time.Millisecond})
+	inst := newStarted(t, newBackend(t, f, f.Key(), nil))
+	f.RefuseNext(http.MethodPost, "/process/execute", http.StatusTooManyRequests)
+	f.RefuseNext(http.MethodPost, "/process/execute", http.StatusServiceUnavailable)
+	if n, err := runs(t, inst); err != nil || n != 1 {
+		t.Errorf("after a 429 and a 503: exec %v, ran %d times; want no error and once", err, n)
+	}
+	// A 502 may come after the server ran it: not sent again.
+	f.RefuseNext(http.MethodPost, "/process/execute", http.StatusBadGateway)
+	if n, err := runs(t, inst); err == nil || n != 1 {
+		t.Errorf("after a 502: exec %v, runs.log has %d lines; want an error and still 1", err, n)
+	}
+}
+
+// TestExecRetriedWhenNeverSent: a dial that failed sent nothing, so the
+// execute is sent again.
+func TestExecRetriedWhenNeverSent(t *testing.T) {
+	f := newFake(t, fakedaytona.Options{StateDelay: 20 * time.Millisecond})
+	var failDials atomic.Int32
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = true // every request dials
+	var d net.Dialer
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if failDials.Add(-1) >= 0 {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("injected dial failure")}
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	inst := newStarted(t, newBackend(t, f, f.Key(), func(o *daytonasandbox.Options) {
+		o.HTTPClient = &http.Client{Transport: tr}
+	}))
+	failDials.Store(1) // the execute's first dial
+	if n, err := runs(t, inst); err != nil || n != 1 {
+		t.Errorf("after a failed dial: exec %v, ran %d times; want no error and once", err, n)
 	}
 }

@@ -71,16 +71,33 @@ type executeResponse struct {
 	Result   string `json:"result"`
 }
 
+// execMargin is how much longer than the command's own timeout the HTTP
+// call of an execute may take: the daemon answers only when the command
+// ended, and then the answer has to travel.
+const execMargin = 30 * time.Second
+
+// execute runs command through the toolbox's execute, which the daemon
+// kills after timeoutSecs and answers only when it ended. The call is
+// bounded by that timeout plus execMargin, not by the client's request
+// timeout, and it is never sent again once it may have reached the daemon
+// (see client.do): a second attempt would run the command a second time,
+// alongside the first.
+func (in *instance) execute(ctx context.Context, command string, timeoutSecs int) (executeResponse, error) {
+	var out executeResponse
+	err := in.b.c.jsonRequest(ctx, request{method: http.MethodPost, url: in.toolbox + "/process/execute",
+		timeout: time.Duration(timeoutSecs)*time.Second + execMargin},
+		executeRequest{Command: command, Timeout: timeoutSecs}, &out)
+	return out, err
+}
+
 // run executes a helper script (not a user command) through sh and returns
 // its exit code and merged output.
 func (in *instance) run(ctx context.Context, script string) (int, string, error) {
-	var out executeResponse
 	timeout := 120
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(1, int(math.Ceil(time.Until(dl).Seconds())))
 	}
-	err := in.b.c.json(ctx, http.MethodPost, in.toolbox+"/process/execute",
-		executeRequest{Command: "sh -c " + quote(script), Timeout: timeout}, &out)
+	out, err := in.execute(ctx, "sh -c "+quote(script), timeout)
 	if err != nil {
 		return -1, "", err
 	}
@@ -109,8 +126,9 @@ func (in *instance) upload(ctx context.Context, p string, data []byte) error {
 	if err != nil {
 		return err
 	}
+	// Idempotent: a repetition writes the same bytes to the same path.
 	_, err = in.b.c.do(ctx, request{method: http.MethodPost, url: in.toolbox + "/files/upload?" + url.Values{"path": {p}}.Encode(),
-		body: buf.Bytes(), contentType: mw.FormDataContentType()})
+		body: buf.Bytes(), contentType: mw.FormDataContentType(), idempotent: true})
 	return err
 }
 
@@ -160,9 +178,7 @@ func (in *instance) Exec(ctx context.Context, req sandboxes.ExecRequest, stdout,
 	}
 	done := make(chan result, 1)
 	go func() {
-		var out executeResponse
-		err := in.b.c.json(ctx, http.MethodPost, in.toolbox+"/process/execute",
-			executeRequest{Command: "sh -c " + quote(script), Timeout: timeout}, &out)
+		out, err := in.execute(ctx, "sh -c "+quote(script), timeout)
 		done <- result{out.ExitCode, err}
 	}()
 
@@ -400,7 +416,8 @@ func (in *instance) Stop(ctx context.Context) error {
 		_, _, _ = in.run(ctx, killScript(in.st.ID+"/", true))
 	}
 	if s.State != "stopping" {
-		if err := in.b.c.json(ctx, http.MethodPost, in.b.sandboxURL(in.st.ID, "/stop"), nil, nil); err != nil {
+		// Idempotent: stopping a stopping or stopped sandbox is no error.
+		if _, err := in.b.c.do(ctx, request{method: http.MethodPost, url: in.b.sandboxURL(in.st.ID, "/stop"), idempotent: true}); err != nil {
 			return mapNotFound(err, in.st.ID)
 		}
 	}

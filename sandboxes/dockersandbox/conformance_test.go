@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 
@@ -35,6 +36,9 @@ func dockerHarness() sandboxtest.Harness {
 			}
 			return true
 		},
+		// The engine's API has no per-request timeout here: a small value
+		// all the same, so LongExecRunsOnce runs a command of a few seconds.
+		RequestTimeout: time.Second,
 	}
 }
 
@@ -64,6 +68,8 @@ func localHarness() sandboxtest.Harness {
 			}
 			return true
 		},
+		// No client, so no request timeout: a small value all the same.
+		RequestTimeout: time.Second,
 	}
 }
 

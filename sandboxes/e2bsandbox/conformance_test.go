@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbot/agentbot/internal/fakee2b"
 	"github.com/agentbot/agentbot/sandboxes"
@@ -16,6 +17,11 @@ import (
 const fakeURLEnv = "AGENTBOT_E2B_FAKE_URL"
 
 const testKey = "e2b_test_key_0123456789abcdef"
+
+// requestTimeout is the client's CallTimeout in the suite: short, so that
+// LongExecRunsOnce runs a command that outlasts it, and long enough for
+// any call to the fake on a loaded machine.
+const requestTimeout = 5 * time.Second
 
 var (
 	fakeOnce sync.Once
@@ -47,7 +53,7 @@ func fakeURL() (string, error) {
 }
 
 func newTestBackend(url string) (*Backend, error) {
-	return New(Options{APIKey: testKey, APIURL: url,
+	return New(Options{APIKey: testKey, APIURL: url, CallTimeout: requestTimeout,
 		EnvdURL: func(id string) string { return url + "/sbx/" + id }})
 }
 
@@ -67,6 +73,7 @@ func harness() sandboxtest.Harness {
 			}
 			return fake.Exists(st.ID)
 		},
+		RequestTimeout: requestTimeout,
 	}
 }
 

@@ -26,10 +26,17 @@
 // swaps it in with two renames, so a failure leaves the workspace as it
 // was.
 //
-// Control-plane calls have a time limit each and are retried with backoff
-// and jitter on 429, 5xx and connection errors; uploads from a stream and
-// the command stream are not retried. 401/403 are permanent and match
-// sandboxes.ErrUnavailable. The API key and the envd access token are never
+// Control-plane and unary envd calls have a time limit per attempt
+// (Options.CallTimeout); the command stream (process Start) is bounded by
+// the command's own context instead, as it stays open while the command
+// runs. Idempotent calls (GET, DELETE, connect, pause, timeout,
+// SendSignal) are retried with backoff and jitter on 429, 5xx and
+// connection errors. A Start, or a sandbox create, is sent again only when
+// it provably did not reach the server: its connection was never made
+// (dial, DNS, proxy error), or it was refused with 429 or 503. After a
+// timeout or a connection lost mid-answer the command may be running, and
+// a second Start would run it twice. Uploads from a stream are not
+// retried. 401/403 are permanent and match sandboxes.ErrUnavailable. The API key and the envd access token are never
 // put into errors or State.
 package e2bsandbox
 
@@ -43,8 +50,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbot/agentbot/sandboxes"
@@ -74,7 +83,9 @@ type Options struct {
 	// HTTPClient is the client to use; default one with a clone of
 	// http.DefaultTransport.
 	HTTPClient *http.Client
-	// CallTimeout bounds each control-plane and unary call; default 30s.
+	// CallTimeout bounds one attempt of each control-plane and unary envd
+	// call, not the command stream (bounded by the command's context);
+	// default 30s.
 	CallTimeout time.Duration
 	// Retries is how many times a retryable call is retried; default 4.
 	Retries int
@@ -168,23 +179,53 @@ func (e *apiError) Error() string {
 
 func (e *apiError) Unwrap() error { return e.perm }
 
-func retryable(status int) bool {
-	return status == http.StatusTooManyRequests || (status >= 500 && status != http.StatusNotImplemented)
+// retryable reports whether an answer with this status is worth another
+// attempt. A call that may not be repeated is retried only on 429 and 503,
+// with which a rate limiter or an overloaded server refuses a request it
+// did not process; a 500 or 504 may come after the work was done.
+func retryable(status int, replayable bool) bool {
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		return true
+	}
+	return replayable && status >= 500 && status != http.StatusNotImplemented
 }
 
-// call is one request of a retryable kind.
+// call is one request.
 type call struct {
 	method, url string
 	header      http.Header
 	body        []byte // nil: no body
 	ctype       string
 	envd        bool // envd, not the control plane: 401 means the token
+	// idempotent marks a POST whose repetition does no harm (connect,
+	// pause, timeout, SendSignal). Other POSTs (a create, a process
+	// Start) are sent again only when they provably did not reach the
+	// server.
+	idempotent bool
+}
+
+// replayable reports whether c may be sent again after it may have
+// reached the server.
+func (c call) replayable() bool {
+	switch c.method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodOptions:
+		return true
+	}
+	return c.idempotent
 }
 
 // do sends c with retries and returns a 2xx response (whose body the caller
 // closes) or an error. The response's context stays alive until the body
 // is closed when stream is set; otherwise the call has CallTimeout.
+//
+// Retries, with backoff and jitter, follow 429, 5xx and connection errors,
+// except that a call that is not replayable (a process Start, a create) is
+// sent again only when the server provably did not act on it: its
+// connection was never made, or it was refused with 429 or 503. After a
+// timeout or a connection lost mid-answer the process may be running, and
+// a second Start would run the command again.
 func (b *Backend) do(ctx context.Context, c call, stream bool) (*http.Response, error) {
+	replay := c.replayable()
 	var lastErr error
 	for attempt := 0; attempt <= b.opts.Retries; attempt++ {
 		if attempt > 0 {
@@ -196,7 +237,7 @@ func (b *Backend) do(ctx context.Context, c call, stream bool) (*http.Response, 
 			case <-time.After(d):
 			}
 		}
-		resp, err := b.once(ctx, c, stream)
+		resp, gotConn, err := b.once(ctx, c, stream)
 		if err == nil {
 			return resp, nil
 		}
@@ -206,10 +247,13 @@ func (b *Backend) do(ctx context.Context, c call, stream bool) (*http.Response, 
 		case ctx.Err() != nil:
 			return nil, err
 		case errors.As(err, &ae):
-			if !retryable(ae.status) || (c.envd && ae.status == http.StatusBadGateway) {
+			if !retryable(ae.status, replay) || (c.envd && ae.status == http.StatusBadGateway) {
 				return nil, err
 			}
 		case isConnErr(err):
+			if !replay && !neverSent(err, gotConn) {
+				return nil, fmt.Errorf("not sent again, as the server may have acted on it: %w", err)
+			}
 		default:
 			return nil, err
 		}
@@ -223,6 +267,18 @@ func isConnErr(err error) bool {
 	return errors.As(err, &oe) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
+// neverSent reports whether err, from an attempt that got no connection,
+// is a failure to connect (a dial, DNS or proxy error), so that the server
+// cannot have seen the request.
+func neverSent(err error, gotConn bool) bool {
+	if gotConn {
+		return false
+	}
+	var oe *net.OpError
+	var de *net.DNSError
+	return errors.As(err, &de) || (errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "proxyconnect"))
+}
+
 type cancelBody struct {
 	io.ReadCloser
 	cancel context.CancelFunc
@@ -230,13 +286,17 @@ type cancelBody struct {
 
 func (c cancelBody) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
 
-func (b *Backend) once(ctx context.Context, c call, stream bool) (*http.Response, error) {
+// once makes one attempt. gotConn reports whether a connection was made
+// for it, after which the server may have seen the request.
+func (b *Backend) once(ctx context.Context, c call, stream bool) (resp *http.Response, gotConn bool, err error) {
 	var cancel context.CancelFunc
 	if stream {
 		ctx, cancel = context.WithCancel(ctx)
 	} else {
 		ctx, cancel = context.WithTimeout(ctx, b.opts.CallTimeout)
 	}
+	var conn atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conn.Store(true) }})
 	var body io.Reader
 	if c.body != nil {
 		body = bytes.NewReader(c.body)
@@ -244,7 +304,7 @@ func (b *Backend) once(ctx context.Context, c call, stream bool) (*http.Response
 	req, err := http.NewRequestWithContext(ctx, c.method, c.url, body)
 	if err != nil {
 		cancel()
-		return nil, err
+		return nil, false, err
 	}
 	for k, v := range c.header {
 		req.Header[k] = v
@@ -255,28 +315,28 @@ func (b *Backend) once(ctx context.Context, c call, stream bool) (*http.Response
 	if !c.envd {
 		req.Header.Set("X-API-Key", b.opts.APIKey)
 	}
-	resp, err := b.hc.Do(req)
+	resp, err = b.hc.Do(req)
 	if err != nil {
 		cancel()
-		return nil, b.redact(err)
+		return nil, conn.Load(), b.redact(err)
 	}
 	if resp.StatusCode/100 == 2 {
 		if stream {
 			resp.Body = cancelBody{resp.Body, cancel}
-			return resp, nil
+			return resp, true, nil
 		}
 		data, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		cancel()
 		if err != nil {
-			return nil, b.redact(err)
+			return nil, true, b.redact(err)
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(data))
-		return resp, nil
+		return resp, true, nil
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	return nil, b.respError(resp, c.envd)
+	return nil, true, b.respError(resp, c.envd)
 }
 
 func (b *Backend) respError(resp *http.Response, envd bool) error {
@@ -326,9 +386,18 @@ func (b *Backend) redact(err error) error {
 }
 
 // jsonCall sends a control-plane call with a JSON body and decodes the
-// answer into out (when not nil).
+// answer into out (when not nil). A POST is taken as not idempotent.
 func (b *Backend) jsonCall(ctx context.Context, method, path string, in, out any) (int, error) {
-	c := call{method: method, url: b.opts.APIURL + path}
+	return b.jsonDo(ctx, call{method: method, url: b.opts.APIURL + path}, in, out)
+}
+
+// idempotentPost is jsonCall for a POST whose repetition does no harm, so
+// that it is retried like a GET.
+func (b *Backend) idempotentPost(ctx context.Context, path string, in, out any) (int, error) {
+	return b.jsonDo(ctx, call{method: http.MethodPost, url: b.opts.APIURL + path, idempotent: true}, in, out)
+}
+
+func (b *Backend) jsonDo(ctx context.Context, c call, in, out any) (int, error) {
 	if in != nil {
 		data, err := json.Marshal(in)
 		if err != nil {
@@ -343,7 +412,7 @@ func (b *Backend) jsonCall(ctx context.Context, method, path string, in, out any
 	defer resp.Body.Close()
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decoding E2B's answer to %s %s: %w", method, path, err)
+			return resp.StatusCode, fmt.Errorf("decoding E2B's answer to %s %s: %w", c.method, strings.TrimPrefix(c.url, b.opts.APIURL), err)
 		}
 	}
 	return resp.StatusCode, nil
@@ -393,6 +462,8 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 		body["envVars"] = spec.Env
 	}
 	var sb sandboxJSON
+	// Not idempotent: a repeated create would make a second sandbox, so it
+	// is sent again only when the first provably did not reach E2B.
 	if _, err := b.jsonCall(ctx, http.MethodPost, "/sandboxes", body, &sb); err != nil {
 		return nil, fmt.Errorf("creating an E2B sandbox: %w", err)
 	}
@@ -422,7 +493,7 @@ func (b *Backend) newInstance(sb sandboxJSON, st sandboxes.State) *instance {
 // connect resumes or reconnects to a sandbox.
 func (b *Backend) connect(ctx context.Context, id string) (sandboxJSON, error) {
 	var sb sandboxJSON
-	_, err := b.jsonCall(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect", map[string]any{"timeout": b.timeoutSecs()}, &sb)
+	_, err := b.idempotentPost(ctx, "/sandboxes/"+url.PathEscape(id)+"/connect", map[string]any{"timeout": b.timeoutSecs()}, &sb)
 	if isStatus(err, http.StatusNotFound) {
 		return sb, sandboxes.NotFoundError(id)
 	}
@@ -464,7 +535,7 @@ func (b *Backend) Get(ctx context.Context, id string) (string, error) {
 
 // SetTimeout sets how long from now the sandbox lives.
 func (b *Backend) SetTimeout(ctx context.Context, id string, d time.Duration) error {
-	_, err := b.jsonCall(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", map[string]any{"timeout": int(d / time.Second)}, nil)
+	_, err := b.idempotentPost(ctx, "/sandboxes/"+url.PathEscape(id)+"/timeout", map[string]any{"timeout": int(d / time.Second)}, nil)
 	if isStatus(err, http.StatusNotFound) {
 		return sandboxes.NotFoundError(id)
 	}

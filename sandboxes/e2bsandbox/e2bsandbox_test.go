@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -173,5 +175,95 @@ func TestAvailable(t *testing.T) {
 	}
 	if b.opts.Template != "base" || b.opts.Timeout != time.Hour {
 		t.Errorf("defaults: %+v", b.opts)
+	}
+}
+
+// newStarted creates a sandbox with b and destroys it when the test ends.
+func newStarted(t *testing.T, b *Backend) sandboxes.Instance {
+	t.Helper()
+	inst, err := b.Create(t.Context(), sandboxes.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Destroy(context.Background()) })
+	return inst
+}
+
+// runs execs a command that appends a line to runs.log and returns how many
+// lines runs.log has then and the Exec's error.
+func runs(t *testing.T, inst sandboxes.Instance) (int, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, execErr := inst.Exec(ctx, sandboxes.ExecRequest{Command: "echo run >>runs.log"}, io.Discard, io.Discard)
+	rc, err := inst.ReadFile(ctx, "runs.log")
+	if err != nil {
+		t.Fatalf("reading runs.log: %v (exec: %v)", err, execErr)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), "run\n"), execErr
+}
+
+const startPath = "/process.Process/Start"
+
+// TestStartNotResentAfterReset: a Start whose connection closed after envd
+// ran the command must not be sent again.
+func TestStartNotResentAfterReset(t *testing.T) {
+	f := newFake(t)
+	b, _ := backendFor(t, f, testKey)
+	inst := newStarted(t, b)
+	f.DropNext(http.MethodPost, startPath)
+	n, err := runs(t, inst)
+	if n != 1 {
+		t.Errorf("the command ran %d times after its answer was lost, want once", n)
+	}
+	if err == nil {
+		t.Error("a lost answer gave no error: the exit code is unknown")
+	}
+}
+
+// TestStartRetriedWhenRefused: a 429 or 503 means the command was not
+// run, so the Start is sent again; a 500 is not.
+func TestStartRetriedWhenRefused(t *testing.T) {
+	f := newFake(t)
+	b, _ := backendFor(t, f, testKey)
+	inst := newStarted(t, b)
+	f.FailNext(http.MethodPost, startPath, http.StatusTooManyRequests)
+	f.FailNext(http.MethodPost, startPath, http.StatusServiceUnavailable)
+	if n, err := runs(t, inst); err != nil || n != 1 {
+		t.Errorf("after a 429 and a 503: exec %v, ran %d times; want no error and once", err, n)
+	}
+	f.FailNext(http.MethodPost, startPath, http.StatusInternalServerError)
+	if n, err := runs(t, inst); err == nil || n != 1 {
+		t.Errorf("after a 500: exec %v, runs.log has %d lines; want an error and still 1", err, n)
+	}
+}
+
+// TestStartRetriedWhenNeverSent: a dial that failed sent nothing, so the
+// Start is sent again.
+func TestStartRetriedWhenNeverSent(t *testing.T) {
+	f := newFake(t)
+	var failDials atomic.Int32
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = true // every request dials
+	var d net.Dialer
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if failDials.Add(-1) >= 0 {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("injected dial failure")}
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	b, err := New(Options{APIKey: testKey, APIURL: f.URL, EnvdURL: f.EnvdURL, HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := newStarted(t, b)
+	failDials.Store(1) // the Start's first dial
+	if n, err := runs(t, inst); err != nil || n != 1 {
+		t.Errorf("after a failed dial: exec %v, ran %d times; want no error and once", err, n)
 	}
 }

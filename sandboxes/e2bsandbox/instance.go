@@ -92,7 +92,10 @@ func (in *instance) run(ctx context.Context, argv []string, env map[string]strin
 	if dl, ok := ctx.Deadline(); ok {
 		h.Set("Connect-Timeout-Ms", fmt.Sprint(max(1, time.Until(dl).Milliseconds())))
 	}
-	// Starting is retried: a failed start ran nothing.
+	// Not idempotent: envd starts the process as soon as it has the
+	// request, so a Start is sent again only when it provably did not
+	// reach envd (see do). The stream is bounded by ctx, the command's own
+	// timeout, not by CallTimeout: it stays open while the command runs.
 	resp, err := in.b.do(ctx, call{method: http.MethodPost, url: in.envd + "/process.Process/Start", header: h,
 		body: frame, ctype: "application/connect+json", envd: true}, true)
 	if err != nil {
@@ -223,8 +226,9 @@ func (in *instance) signal(ctx context.Context, pid int) error {
 	body, _ := json.Marshal(map[string]any{"process": map[string]any{"pid": pid}, "signal": "SIGNAL_SIGKILL"})
 	h := in.envdHeader()
 	h.Set("Connect-Protocol-Version", "1")
+	// Idempotent: a second SIGKILL to the same process changes nothing.
 	resp, err := in.b.do(ctx, call{method: http.MethodPost, url: in.envd + "/process.Process/SendSignal", header: h,
-		body: body, ctype: "application/json", envd: true}, false)
+		body: body, ctype: "application/json", envd: true, idempotent: true}, false)
 	if err != nil {
 		return err
 	}
@@ -545,7 +549,8 @@ func (in *instance) Stop(ctx context.Context) error {
 // Pause implements sandboxes.Pauser: E2B pause, which keeps memory and
 // processes. Pausing a paused sandbox is not an error.
 func (in *instance) Pause(ctx context.Context) error {
-	_, err := in.b.jsonCall(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(in.st.ID)+"/pause", nil, nil)
+	// Idempotent: pausing a paused sandbox answers 409, taken as success.
+	_, err := in.b.idempotentPost(ctx, "/sandboxes/"+url.PathEscape(in.st.ID)+"/pause", nil, nil)
 	switch {
 	case isStatus(err, http.StatusNotFound):
 		return sandboxes.NotFoundError(in.st.ID)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/sandboxes/sandboxtest"
@@ -41,6 +42,9 @@ func harness() sandboxtest.Harness {
 			}
 			return true
 		},
+		// No client, so no request timeout: a small value all the same,
+		// so LongExecRunsOnce runs a command of a few seconds.
+		RequestTimeout: time.Second,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,6 +249,36 @@ func (s *suite) testCancel(t *testing.T) {
 		t.Errorf("exit code %d, want -1", r.res.ExitCode)
 	}
 	waitGone(t, ctx, sb, pids...)
+}
+
+// testLongExecRunsOnce runs a command that outlasts the client's
+// per-request timeout. It must run exactly once: a client that gives up on
+// the request that started it and sends it again starts it again, while
+// the first run goes on (the server does not stop a command when its
+// client leaves).
+func (s *suite) testLongExecRunsOnce(t *testing.T) {
+	ctx := testContext(t)
+	sb := s.newSandbox(t)
+	// Whole seconds: not every sleep takes fractions.
+	secs := int(math.Ceil(s.h.RequestTimeout.Seconds())) + 2
+	cmd := fmt.Sprintf("echo run >>runs.log; sleep %d; echo done", secs)
+	start := time.Now()
+	res, err := sb.Exec(ctx, sandboxes.ExecRequest{Command: cmd, Timeout: time.Duration(secs)*time.Second + time.Minute})
+	took := time.Since(start).Round(time.Millisecond)
+	// Every run appends its line as it starts, so the count is complete
+	// once Exec returned, whatever it returned.
+	runs := strings.Count(string(readFile(t, ctx, sb, "runs.log")), "run\n")
+	if runs != 1 {
+		t.Errorf("a %ds command (the client's request timeout is %s) ran %d times, want exactly once: "+
+			"a request that may have started a command must never be sent again", secs, s.h.RequestTimeout, runs)
+	}
+	if err != nil || res.ExitCode != 0 || res.TimedOut {
+		t.Fatalf("exec of a %ds command (request timeout %s): exit code %d, timed out %v, error %v after %s",
+			secs, s.h.RequestTimeout, res.ExitCode, res.TimedOut, err, took)
+	}
+	if got := res.Stdout.String(); got != "done\n" {
+		t.Errorf("stdout %q, want %q", got, "done\n")
+	}
 }
 
 func (s *suite) testOutputCap(t *testing.T) {

@@ -8,7 +8,8 @@
 // Run covers the exec contract (exit codes, separate streams, working
 // directory, environment without the host's, timeouts and cancellation that
 // kill the whole process tree, children detached with setsid included,
-// output caps), files (byte-exact round trips, modes, paths and symbolic
+// output caps, a command that outlasts the client's per-request timeout
+// running exactly once), files (byte-exact round trips, modes, paths and symbolic
 // links that would leave the workspace), snapshots (a round trip of every
 // kind of entry, unportable entries left out, unsafe and corrupt archives
 // refused with the workspace untouched), and the life cycle (attach from
@@ -30,6 +31,7 @@ package sandboxtest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/agentbot/agentbot/sandboxes"
 )
@@ -50,6 +52,13 @@ type Harness struct {
 	// machine (a directory, a container). The suite checks it is false
 	// after Destroy.
 	Exists func(ctx context.Context, t testing.TB, st sandboxes.State) bool
+	// RequestTimeout is the longest one request of the backend's client
+	// may take before the client gives up on it (and may try again): the
+	// timeout the harness gave NewBackend's client, kept small so the
+	// suite can run a command that outlasts it (LongExecRunsOnce). A
+	// backend without such a timeout (local, docker) gives a small value
+	// anyway; the subtest must pass all the same.
+	RequestTimeout time.Duration
 }
 
 // registry returns a registry holding only the harness's backend.

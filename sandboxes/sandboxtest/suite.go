@@ -75,6 +75,7 @@ func Run(t *testing.T, h Harness) {
 		{"Timeout", s.testTimeout},
 		{"TimeoutKillsTree", s.testTimeoutKillsTree},
 		{"Cancel", s.testCancel},
+		{"LongExecRunsOnce", s.testLongExecRunsOnce},
 		{"OutputCap", s.testOutputCap},
 		{"FilesRoundTrip", s.testFilesRoundTrip},
 		{"FileModes", s.testFileModes},
@@ -99,8 +100,11 @@ func Run(t *testing.T, h Harness) {
 
 func (h Harness) validate(t testing.TB) {
 	t.Helper()
-	if h.Name == "" || h.NewBackend == nil || h.Exists == nil {
-		t.Fatalf("sandboxtest: harness %q needs Name, NewBackend and Exists", h.Name)
+	if h.Name == "" || h.NewBackend == nil || h.Exists == nil || h.RequestTimeout <= 0 {
+		t.Fatalf("sandboxtest: harness %q needs Name, NewBackend, Exists and RequestTimeout", h.Name)
+	}
+	if h.RequestTimeout > time.Minute {
+		t.Fatalf("sandboxtest: harness %q has a RequestTimeout of %s; give its client a smaller one (at most a minute)", h.Name, h.RequestTimeout)
 	}
 }
 
