@@ -43,12 +43,20 @@ type agent struct {
 	// controls are the control requests (switch, fork, pause, destroy)
 	// waiting for the session, each with its place among the messages.
 	controls []*control
-	// outbox holds chat messages not yet sent; sending says one is being
-	// sent. Neither is carried through continue-as-new: the run hands over
-	// only once the outbox is empty.
-	outbox  []Outbound
-	sending bool
-	logger  log
+	// The outbox holds chat messages not yet sent. None of it is carried
+	// through continue-as-new: the run hands over only once it is empty.
+	// lanes says this run sends answers apart from progress and titles
+	// (answers, chatter); runs before that send all through one FIFO
+	// (outbox, sending).
+	lanes                         bool
+	answers, progressLane, titles lane
+	// postedProgress holds the progress messages of this run posted at
+	// least once; progressSending the one being sent.
+	postedProgress  map[string]bool
+	progressSending string
+	outbox          []Outbound
+	sending         bool
+	logger          log
 }
 
 // sessionLock is the session's one lock. It knows its holder, so a release
@@ -696,6 +704,7 @@ func (w *agent) view() SessionView {
 		Tools: append([]ToolStatus(nil), w.tools...), Usage: w.Usage, Forks: w.Forks,
 		Parent: w.Parent, Requester: w.Requester, Created: w.Created, LastError: w.LastError,
 		Snapshot: w.SnapshotKey, Options: w.Options,
+		Undelivered: slices.Clone(w.Undelivered),
 	}
 	if w.Sandbox != nil {
 		v.SandboxID = w.Sandbox.ID
@@ -1132,31 +1141,194 @@ func gone(err error) bool {
 
 // progress queues an edit of the turn's progress message.
 func (w *agent) progress(ctx workflow.Context, turn int, status TurnStatus, force bool) {
-	w.deliver(ctx, Outbound{Kind: OutboundProgress, Turn: turn, Key: fmt.Sprintf("%s/%d/progress", w.workflowID, turn),
+	w.deliver(ctx, Outbound{Kind: OutboundProgress, Turn: turn, Key: w.progressKey(turn),
 		Title: w.Title, Tools: append([]ToolStatus(nil), w.tools...), Status: status,
 		Final: status != TurnRunning})
 }
 
-// deliver queues an outbound message. The outbox is sent in order by one
-// coroutine (startOutbox), so a turn never waits for the chat; a progress
-// edit replaces a queued edit of the same message (only the newest state
-// matters).
+// deliver queues an outbound message. A turn never waits for the chat: the
+// outbox is sent by coroutines (startOutbox). A progress edit replaces a
+// queued edit of the same message, and a title a queued title: only the
+// newest state matters.
 func (w *agent) deliver(ctx workflow.Context, m Outbound) {
 	m.Thread = w.ThreadKey
-	if m.Kind == OutboundProgress {
-		for i := range w.outbox {
-			if w.outbox[i].Key == m.Key {
-				w.outbox[i] = m
+	if !w.lanes {
+		if m.Kind == OutboundProgress {
+			for i := range w.outbox {
+				if w.outbox[i].Key == m.Key {
+					w.outbox[i] = m
+					return
+				}
+			}
+		}
+		w.outbox = append(w.outbox, m)
+		return
+	}
+	switch m.Kind {
+	case OutboundProgress:
+		for i := range w.progressLane.queue {
+			if w.progressLane.queue[i].Key == m.Key {
+				w.progressLane.queue[i] = m
 				return
 			}
 		}
+		w.progressLane.queue = append(w.progressLane.queue, m)
+	case OutboundTitle:
+		if len(w.titles.queue) > 0 {
+			w.titles.queue[len(w.titles.queue)-1] = m
+			return
+		}
+		w.titles.queue = append(w.titles.queue, m)
+	default:
+		w.answers.queue = append(w.answers.queue, m)
 	}
-	w.outbox = append(w.outbox, m)
 }
 
-// startOutbox runs the coroutine that sends the outbox, editing a progress
-// message at most once a second.
+func (w *agent) progressKey(turn int) string {
+	return fmt.Sprintf("%s/%d/progress", w.workflowID, turn)
+}
+
+// progressShown says the progress message of turn was posted (or will not
+// be): its answer may follow it in the thread.
+func (w *agent) progressShown(turn int) bool {
+	key := w.progressKey(turn)
+	if w.postedProgress[key] {
+		return true
+	}
+	return !slices.ContainsFunc(w.progressLane.queue, func(m Outbound) bool { return m.Key == key }) &&
+		!(w.progressLane.sending && w.progressSending == key)
+}
+
+// lane is one queue of outbound messages and whether one of them is being
+// sent.
+type lane struct {
+	queue   []Outbound
+	sending bool
+}
+
+func (l *lane) idle() bool { return len(l.queue) == 0 && !l.sending }
+
+// startOutbox starts the coroutines that send the outbox. Since version 1
+// of changeOutboxLanes there are three lanes — answers and notices,
+// progress edits (at most one a second per message), thread renames (which
+// platforms rate-limit hard) — so that what may wait never holds an answer;
+// an answer waits only until its turn's progress message exists, so that it
+// lands below it. Runs recorded before the change replay with the one FIFO
+// they had.
 func (w *agent) startOutbox(ctx workflow.Context) {
+	w.lanes = workflow.GetVersion(ctx, changeOutboxLanes, workflow.DefaultVersion, 1) >= 1
+	if !w.lanes {
+		w.startFIFO(ctx)
+		return
+	}
+	w.postedProgress = map[string]bool{}
+	lastEdit := map[string]time.Time{}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			if err := workflow.Await(ctx, func() bool { return len(w.progressLane.queue) > 0 }); err != nil {
+				return
+			}
+			w.progressLane.sending = true
+			m := w.progressLane.queue[0]
+			if wait := time.Second - workflow.Now(ctx).Sub(lastEdit[m.Key]); wait > 0 && !lastEdit[m.Key].IsZero() {
+				_ = workflow.Sleep(ctx, wait)
+				m = w.progressLane.queue[0] // a newer state may have replaced it meanwhile
+			}
+			w.progressLane.queue = w.progressLane.queue[1:]
+			w.progressSending = m.Key
+			if err := w.send(ctx, m); err != nil {
+				w.logger.Warn("chat delivery failed", "key", m.Key, "error", err)
+			}
+			w.postedProgress[m.Key] = true
+			if m.Final {
+				delete(lastEdit, m.Key)
+				delete(w.postedProgress, m.Key)
+			} else {
+				lastEdit[m.Key] = workflow.Now(ctx)
+			}
+			w.progressSending = ""
+			w.progressLane.sending = false
+		}
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			if err := workflow.Await(ctx, func() bool { return len(w.titles.queue) > 0 }); err != nil {
+				return
+			}
+			w.titles.sending = true
+			m := w.titles.queue[0]
+			w.titles.queue = w.titles.queue[1:]
+			if err := w.send(ctx, m); err != nil {
+				w.logger.Warn("chat delivery failed", "key", m.Key, "error", err)
+			}
+			w.titles.sending = false
+		}
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			if err := workflow.Await(ctx, func() bool { return len(w.answers.queue) > 0 }); err != nil {
+				return
+			}
+			w.answers.sending = true
+			m := w.answers.queue[0]
+			// The answer goes below its turn's progress message.
+			if err := workflow.Await(ctx, func() bool { return m.Kind != OutboundAnswer || w.progressShown(m.Turn) }); err != nil {
+				return
+			}
+			w.answers.queue = w.answers.queue[1:]
+			if m.Kind == OutboundAnswer && len(w.Undelivered) > 0 {
+				if err := w.send(ctx, w.undeliveredNotice(m.Turn)); err == nil {
+					w.Undelivered = nil
+				}
+			}
+			err := w.send(ctx, m)
+			if err != nil {
+				w.logger.Warn("chat delivery failed", "key", m.Key, "error", err)
+			}
+			if m.Kind == OutboundAnswer {
+				if err != nil {
+					// Kept: status shows it, and the next answer that
+					// gets through is preceded by a notice.
+					w.Undelivered = append(w.Undelivered, UndeliveredAnswer{Turn: m.Turn, Preview: cut(m.Text.Inline, maxUndeliveredPreview)})
+					if len(w.Undelivered) > maxUndelivered {
+						w.Undelivered = w.Undelivered[len(w.Undelivered)-maxUndelivered:]
+					}
+				}
+				if r := w.result(m.Turn); r != nil {
+					r.Delivered = true
+				}
+			}
+			w.answers.sending = false
+		}
+	})
+}
+
+// Bounds of AgentState.Undelivered.
+const (
+	maxUndelivered        = 8
+	maxUndeliveredPreview = 600
+)
+
+func (w *agent) send(ctx workflow.Context, m Outbound) error {
+	var a *Activities
+	return workflow.ExecuteActivity(deliverCtx(ctx), a.Deliver, m).Get(ctx, nil)
+}
+
+// undeliveredNotice tells the thread about answers that could not be
+// posted, before the answer of turn.
+func (w *agent) undeliveredNotice(turn int) Outbound {
+	var b strings.Builder
+	for _, u := range w.Undelivered {
+		fmt.Fprintf(&b, "(Note: an earlier answer (turn %d) could not be delivered: %s)\n", u.Turn, u.Preview)
+	}
+	b.WriteString("Say `export` to see the whole conversation.")
+	return Outbound{Thread: w.ThreadKey, Kind: OutboundNotice, Turn: turn,
+		Key: fmt.Sprintf("%s/%d/undelivered", w.workflowID, turn), Text: Text{Inline: b.String(), Size: b.Len()}}
+}
+
+// startFIFO runs the one coroutine that sent the whole outbox in order
+// before changeOutboxLanes (kept so that those runs replay).
+func (w *agent) startFIFO(ctx workflow.Context) {
 	lastEdit := map[string]time.Time{}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -1194,7 +1366,9 @@ func (w *agent) startOutbox(ctx workflow.Context) {
 }
 
 // outboxIdle reports that nothing waits to be sent.
-func (w *agent) outboxIdle() bool { return len(w.outbox) == 0 && !w.sending }
+func (w *agent) outboxIdle() bool {
+	return len(w.outbox) == 0 && !w.sending && w.answers.idle() && w.progressLane.idle() && w.titles.idle()
+}
 
 func (w *agent) addResult(res TurnResult, userText string) {
 	w.Results = append(w.Results, res)

@@ -376,6 +376,17 @@ type SessionView struct {
 	Snapshot   string        `json:"snapshot,omitempty"`
 	// Options are the session's settings (with defaults filled in).
 	Options AgentOptions `json:"options"`
+	// Undelivered are answers the chat refused for good; the next answer
+	// that gets through is preceded by a notice about them.
+	Undelivered []UndeliveredAnswer `json:"undelivered,omitempty"`
+}
+
+// UndeliveredAnswer is an answer that could not be posted to the chat.
+type UndeliveredAnswer struct {
+	Turn int `json:"turn"`
+	// Preview is the answer's beginning; the whole answer is in the
+	// transcript (export).
+	Preview string `json:"preview"`
 }
 
 // TurnSummary is one turn in QueryTranscript: what was asked and answered,
@@ -449,4 +460,8 @@ const (
 	// written to the transcript (AppendTranscript) instead of being
 	// carried in the state.
 	changePendingToTranscript = "pending-to-transcript"
+	// changeOutboxLanes: answers and notices, progress edits, and titles
+	// are sent by a coroutine each, so none waits for another; an answer
+	// that the chat refuses for good is kept (AgentState.Undelivered).
+	changeOutboxLanes = "outbox-lanes"
 )

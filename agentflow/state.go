@@ -60,6 +60,8 @@ type AgentState struct {
 	// Notices are told to the user with the next answer ("the sandbox was
 	// lost and restored from the last snapshot").
 	Notices []string `json:"notices,omitempty"`
+	// Undelivered are answers the chat refused for good (bounded).
+	Undelivered []UndeliveredAnswer `json:"undelivered,omitempty"`
 	// Registered says the session manager knows this session.
 	Registered bool `json:"registered,omitempty"`
 }
