@@ -160,6 +160,7 @@ func (w *agent) register(ctx workflow.Context) error {
 		{UpdateStop, w.onStop, w.validateStop},
 		{UpdatePause, w.onPause, w.validatePause},
 		{UpdateDestroy, w.onDestroy, w.validateDestroy},
+		{UpdateReset, w.onReset, w.validateReset},
 	}
 	for _, h := range handlers {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
@@ -215,6 +216,33 @@ func (w *agent) validateDestroy(ctx workflow.Context, r DestroyRequest) error {
 }
 
 func (w *agent) validatePause(ctx workflow.Context, r PauseRequest) error { return w.controlBy(r.By) }
+
+func (w *agent) validateReset(ctx workflow.Context, r ResetRequest) error { return w.controlBy(r.By) }
+
+// onReset starts a fresh conversation on the same workspace, after the
+// turns and requests that came before it. The old transcript is copied to
+// an archive key of the session's (deleted only with the session) and the
+// session forgets it.
+func (w *agent) onReset(ctx workflow.Context, r ResetRequest) (ResetResult, error) {
+	holder, err := w.acquire(ctx, "reset")
+	if err != nil {
+		return ResetResult{}, err
+	}
+	defer w.lock.release(holder)
+	res := ResetResult{Turns: len(w.Summaries)}
+	if w.Transcript.Key != "" {
+		w.Resets++
+		dst := archiveKey(w.workflowID, w.Resets)
+		var a *Activities
+		if err := workflow.ExecuteActivity(storeCtx(ctx), a.CopyBlob, CopyInput{Src: w.Transcript.Key, Dst: dst}).Get(ctx, nil); err != nil {
+			w.Resets--
+			return res, fmt.Errorf("could not archive the conversation, so it was kept: %s", userError(err))
+		}
+		res.Archived = dst
+	}
+	w.Transcript, w.Pending, w.Summaries, w.LastError = TranscriptRef{}, nil, nil, ""
+	return res, nil
+}
 
 func (w *agent) validateMessage(ctx workflow.Context, m MessageRequest) error {
 	if err := w.alive(); err != nil {
@@ -898,6 +926,7 @@ func (w *agent) runTurn(ctx workflow.Context) {
 
 	var answer Text
 	var failure error
+	modelRefused := false // the model refused the conversation for good
 	stopped := func() bool { return turnCtx.Err() != nil }
 
 	if err := w.ensureUp(turnCtx); err != nil && !stopped() {
@@ -919,6 +948,7 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		if err != nil {
 			if !stopped() {
 				failure = fmt.Errorf("the model call failed: %s", userError(err))
+				modelRefused = permanentErr(err)
 			}
 			break
 		}
@@ -958,6 +988,9 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		res.Error = userError(failure)
 		w.LastError = res.Error
 		answer = Text{Inline: "Sorry — " + res.Error + fmt.Sprintf(" (turn %d of %s; your message is kept and will be sent again with the next one)", turn, w.workflowID)}
+		if modelRefused {
+			answer.Inline += " If this keeps happening, say `reset` to start a fresh conversation on the same workspace (the old one is kept for `export`)."
+		}
 	}
 	if len(w.Notices) > 0 {
 		notes := strings.Join(w.Notices, "\n")
@@ -1131,6 +1164,12 @@ func (w *agent) runTool(turnCtx workflow.Context, turn, step int, c ToolCall) (T
 		DefaultTimeout: w.Options.ToolTimeout,
 	}).Get(turnCtx, &r)
 	return r, err
+}
+
+// permanentErr reports an activity error that retrying cannot help.
+func permanentErr(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == errTypePermanent
 }
 
 // gone reports an activity error saying the sandbox no longer exists.

@@ -37,6 +37,10 @@ const (
 	// UpdateDestroy deletes the sandbox and ends the session
 	// (DestroyRequest → SessionView).
 	UpdateDestroy = "destroy"
+	// UpdateReset starts a fresh conversation on the same workspace; the
+	// old transcript is archived in the blob store (ResetRequest →
+	// ResetResult).
+	UpdateReset = "reset"
 	// QueryState returns a SessionView.
 	QueryState = "state"
 	// QueryTranscript returns the recent turns ([]TurnSummary). Its one
@@ -332,6 +336,20 @@ type PauseRequest struct {
 // DestroyRequest is the argument of UpdateDestroy.
 type DestroyRequest struct {
 	By string `json:"by,omitempty"`
+}
+
+// ResetRequest is the argument of UpdateReset.
+type ResetRequest struct {
+	By string `json:"by,omitempty"`
+}
+
+// ResetResult is the result of UpdateReset.
+type ResetResult struct {
+	// Archived is the blob key of the old transcript ("" when there was
+	// none).
+	Archived string `json:"archived,omitempty"`
+	// Turns counts the turns of the archived conversation.
+	Turns int `json:"turns"`
 }
 
 // SessionStatus is the state of a session as a whole.

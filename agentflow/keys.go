@@ -23,3 +23,9 @@ func answerKey(sessionID string, turn int) string {
 func argsKey(sessionID string, turn, step int, callID string) string {
 	return fmt.Sprintf("%sargs/%08d-%04d-%x.json", store.SessionPrefix(sessionID), turn, step, callID)
 }
+
+// archiveKey is where reset keeps the n-th archived transcript of a session
+// (deleted with the session's other data when it is destroyed).
+func archiveKey(sessionID string, n int) string {
+	return fmt.Sprintf("%sarchive/%08d.json", store.SessionPrefix(sessionID), n)
+}

@@ -18,17 +18,19 @@ type AgentState struct {
 	Root      string `json:"root,omitempty"`
 	Requester string `json:"requester,omitempty"`
 	// Admins may control the session as its requester may.
-	Admins    []string     `json:"admins,omitempty"`
-	Parent    string       `json:"parent,omitempty"`
-	Created   time.Time    `json:"created"`
-	Options   AgentOptions `json:"options"`
-	Usage     llm.Usage    `json:"usage"`
-	Forks     int          `json:"forks,omitempty"`
-	Renames   int          `json:"renames,omitempty"`
-	Turn      int          `json:"turn"`
-	LastError string       `json:"last_error,omitempty"`
-	Paused    bool         `json:"paused,omitempty"`
-	Destroyed bool         `json:"destroyed,omitempty"`
+	Admins  []string     `json:"admins,omitempty"`
+	Parent  string       `json:"parent,omitempty"`
+	Created time.Time    `json:"created"`
+	Options AgentOptions `json:"options"`
+	Usage   llm.Usage    `json:"usage"`
+	Forks   int          `json:"forks,omitempty"`
+	Renames int          `json:"renames,omitempty"`
+	// Resets counts the conversations archived by reset.
+	Resets    int    `json:"resets,omitempty"`
+	Turn      int    `json:"turn"`
+	LastError string `json:"last_error,omitempty"`
+	Paused    bool   `json:"paused,omitempty"`
+	Destroyed bool   `json:"destroyed,omitempty"`
 
 	// Sandbox is the session's sandbox, nil before the first turn. SandboxUp
 	// says it is running (not stopped by idle or pause).
