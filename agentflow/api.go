@@ -427,6 +427,8 @@ type SessionEntry struct {
 	Created    time.Time     `json:"created"`
 	Status     SessionStatus `json:"status"`
 	Forks      int           `json:"forks,omitempty"`
+	// Updated is when the manager last heard of the session.
+	Updated time.Time `json:"updated,omitempty"`
 }
 
 // ForkRequest is the argument of ManagerUpdateFork.

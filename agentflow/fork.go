@@ -2,9 +2,11 @@ package agentflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 )
 
@@ -26,7 +28,11 @@ func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (Fork
 	}
 	srcID := AgentWorkflowID(r.SourceThread)
 	q, err := a.Temporal.QueryWorkflow(ctx, srcID, "", QueryState)
-	if err != nil {
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return ForkResult{}, permanent(fmt.Sprintf("no session in thread %s", r.SourceThread), err)
+	case err != nil:
 		return ForkResult{}, fmt.Errorf("reading the source session: %w", err)
 	}
 	var src SessionView
@@ -43,7 +49,11 @@ func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (Fork
 	case backend != src.Backend:
 		title = fmt.Sprintf("%s [%s]", src.Title, backend)
 	default:
-		title = fmt.Sprintf("%s (fork #%d)", src.Title, in.Number)
+		n := in.Number
+		if n == 0 { // the manager's window did not know the source
+			n = src.Forks + 1
+		}
+		title = fmt.Sprintf("%s (fork #%d)", src.Title, n)
 	}
 	if t, err := cleanTitle(title); err == nil {
 		title = t

@@ -33,8 +33,43 @@ func SessionManagerWorkflow(ctx workflow.Context, in ManagerInput) error {
 		return err
 	}
 	next := m.ManagerInput
-	next.Sessions = pruneDestroyed(next.Sessions, maxDestroyedKept)
+	next.Sessions = keepRecent(pruneDestroyed(next.Sessions, maxDestroyedKept), maxRegistryKept)
 	return workflow.NewContinueAsNewError(ctx, SessionManagerWorkflowName, next)
+}
+
+// maxRegistryKept bounds the entries a manager carries through
+// continue-as-new, whatever the size of the tenant: the ones changed most
+// recently are kept. The registry here is a window for fork bookkeeping;
+// the list of a tenant's sessions comes from Temporal's visibility (each
+// session keeps its entry in its own memo), and whether a thread has a
+// session from the thread's workflow.
+const maxRegistryKept = 1000
+
+// keepRecent keeps the keep entries changed last (Updated, or Created for
+// entries from before Updated), in their order.
+func keepRecent(sessions []SessionEntry, keep int) []SessionEntry {
+	if len(sessions) <= keep {
+		return sessions
+	}
+	last := func(e SessionEntry) time.Time {
+		if e.Updated.After(e.Created) {
+			return e.Updated
+		}
+		return e.Created
+	}
+	times := make([]time.Time, len(sessions))
+	for i, e := range sessions {
+		times[i] = last(e)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return b.Compare(a) })
+	cutoff := times[keep-1]
+	out := make([]SessionEntry, 0, keep)
+	for _, e := range sessions {
+		if !last(e).Before(cutoff) && len(out) < keep {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // maxDestroyedKept bounds the destroyed sessions a registry remembers, so
@@ -125,6 +160,7 @@ func (m *manager) upsert(ctx workflow.Context, e SessionEntry) (SessionEntry, er
 	if e.WorkflowID == "" {
 		e.WorkflowID = AgentWorkflowID(e.ThreadKey)
 	}
+	e.Updated = workflow.Now(ctx)
 	old := m.find(e.ThreadKey)
 	if old == nil {
 		if e.Created.IsZero() {
@@ -154,11 +190,9 @@ func (m *manager) validateFork(ctx workflow.Context, r ForkRequest) error {
 	if r.RequestID == "" {
 		return errors.New("fork needs a request ID")
 	}
-	src := m.find(r.SourceThread)
-	if src == nil {
-		return fmt.Errorf("no session in thread %s", r.SourceThread)
-	}
-	if src.Status == StatusDestroyed {
+	// A source this window does not know may still exist (the registry
+	// carries only recent entries): ForkSession asks the source itself.
+	if src := m.find(r.SourceThread); src != nil && src.Status == StatusDestroyed {
 		return errors.New("that session was destroyed; it cannot be forked")
 	}
 	if r.Title != "" {
@@ -179,9 +213,13 @@ func (m *manager) fork(ctx workflow.Context, r ForkRequest) (ForkResult, error) 
 			return rec.Result, nil
 		}
 	}
-	src := m.find(r.SourceThread)
-	src.Forks++
-	number := src.Forks
+	// number is the fork's number for its title; 0 when this window does
+	// not know the source (ForkSession then counts from the source).
+	number := 0
+	if src := m.find(r.SourceThread); src != nil {
+		src.Forks++
+		number = src.Forks
+	}
 	var a *Activities
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 45 * time.Minute,
@@ -193,7 +231,7 @@ func (m *manager) fork(ctx workflow.Context, r ForkRequest) (ForkResult, error) 
 	})
 	var res ForkResult
 	if err := workflow.ExecuteActivity(actx, a.ForkSession, ForkSessionInput{Request: r, Number: number}).Get(ctx, &res); err != nil {
-		if s := m.find(r.SourceThread); s != nil {
+		if s := m.find(r.SourceThread); s != nil && number > 0 {
 			s.Forks--
 		}
 		return res, fmt.Errorf("fork failed: %s", userError(err))
@@ -201,7 +239,7 @@ func (m *manager) fork(ctx workflow.Context, r ForkRequest) (ForkResult, error) 
 	if m.find(res.ThreadKey) == nil {
 		m.Sessions = append(m.Sessions, SessionEntry{
 			ThreadKey: res.ThreadKey, WorkflowID: res.WorkflowID, Title: res.Title, Backend: res.Backend,
-			Parent: r.SourceThread, Requester: r.Requester, Created: workflow.Now(ctx), Status: StatusIdle,
+			Parent: r.SourceThread, Requester: r.Requester, Created: workflow.Now(ctx), Updated: workflow.Now(ctx), Status: StatusIdle,
 		})
 	}
 	m.Forks = append(m.Forks, ForkRecord{RequestID: r.RequestID, Result: res})
