@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentbot/agentbot/agentflow/llm"
+	"github.com/agentbot/agentbot/internal/redact"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/store"
 )
@@ -66,9 +67,70 @@ type Activities struct {
 	// ContextChars is the model's context budget in characters of
 	// transcript; older turns are left out past it (default 300,000).
 	ContextChars int
-	// Secrets are values to redact from everything sent to a chat.
+	// Secrets are values (API keys, chat tokens) that must never leave the
+	// worker: every activity replaces them (see internal/redact) in what
+	// it returns to the workflow, errors included, so Temporal's history
+	// never holds one; ModelStep in the transcript it writes; Deliver in
+	// everything it hands a chat. Values shorter than redact.MinLen are
+	// ignored.
 	Secrets []string
 }
+
+func (a *Activities) redactor() *redact.Redactor { return redact.New(a.Secrets...) }
+
+// redactOut replaces known secrets in an activity's result (res, a pointer;
+// nil for none) and error before they are recorded in the workflow's
+// history. Activities defer it on their named results, so that every
+// return path passes it.
+func (a *Activities) redactOut(res any, err *error) {
+	rd := a.redactor()
+	if rd.Empty() {
+		return
+	}
+	if res != nil {
+		rd.Walk(res)
+	}
+	*err = redactErr(rd, *err)
+}
+
+// redactErr returns err with known secrets replaced in its message and in
+// the messages of the errors it wraps (Temporal records the whole chain as
+// failures). An error that holds no secret is returned as it is, so
+// cancellations, timeouts and sentinel errors keep their meaning; an
+// ApplicationError keeps its type and retryability (its details, which
+// agentflow never sets, are dropped).
+func redactErr(rd *redact.Redactor, err error) error {
+	if err == nil || !leaks(rd, err) {
+		return err
+	}
+	cause := redactErr(rd, errors.Unwrap(err))
+	if appErr, ok := err.(*temporal.ApplicationError); ok {
+		return temporal.NewApplicationErrorWithOptions(rd.String(appErr.Message()), appErr.Type(),
+			temporal.ApplicationErrorOptions{NonRetryable: appErr.NonRetryable(), Cause: cause,
+				NextRetryDelay: appErr.NextRetryDelay(), Category: appErr.Category()})
+	}
+	return &redactedError{msg: rd.String(err.Error()), cause: cause}
+}
+
+// leaks reports whether err or an error it wraps mentions a known secret.
+func leaks(rd *redact.Redactor, err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if rd.Contains(err.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
+// redactedError is an error whose message had secrets replaced; its cause
+// is the redacted cause of the original.
+type redactedError struct {
+	msg   string
+	cause error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.cause }
 
 func (a *Activities) log() *slog.Logger {
 	if a.Logger != nil {
@@ -126,9 +188,9 @@ func heartbeat(ctx context.Context) (stop func()) {
 // EnsureSandbox returns a running sandbox for a session: the current one,
 // attached (and started if stopped), or a new one restored from the last
 // snapshot when there is none or the current one is gone.
-func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (EnsureSandboxResult, error) {
+func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (res EnsureSandboxResult, err error) {
+	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
-	var res EnsureSandboxResult
 	if in.Current != nil {
 		sb, err := a.Sandboxes.Attach(ctx, *in.Current)
 		if err == nil {
@@ -178,7 +240,8 @@ func (a *Activities) restore(ctx context.Context, sb *sandboxes.Sandbox, key str
 
 // SnapshotSandbox streams a sandbox's workspace into the blob store. The
 // blob appears only when the whole snapshot was written.
-func (a *Activities) SnapshotSandbox(ctx context.Context, in SnapshotInput) (SnapshotResult, error) {
+func (a *Activities) SnapshotSandbox(ctx context.Context, in SnapshotInput) (res SnapshotResult, err error) {
+	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
 	sb, err := a.Sandboxes.Attach(ctx, in.State)
 	if err != nil {
@@ -217,7 +280,8 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // StopSandbox stops a sandbox's compute. A sandbox already gone is fine.
-func (a *Activities) StopSandbox(ctx context.Context, in SandboxInput) error {
+func (a *Activities) StopSandbox(ctx context.Context, in SandboxInput) (err error) {
+	defer a.redactOut(nil, &err)
 	sb, err := a.Sandboxes.Attach(ctx, in.State)
 	if errors.Is(err, sandboxes.ErrNotFound) {
 		return nil
@@ -229,7 +293,8 @@ func (a *Activities) StopSandbox(ctx context.Context, in SandboxInput) error {
 }
 
 // DestroySandbox deletes a sandbox. A sandbox already gone is fine.
-func (a *Activities) DestroySandbox(ctx context.Context, in SandboxInput) error {
+func (a *Activities) DestroySandbox(ctx context.Context, in SandboxInput) (err error) {
+	defer a.redactOut(nil, &err)
 	defer heartbeat(ctx)()
 	b, err := a.Sandboxes.Backend(in.State.Backend)
 	if err != nil {
@@ -250,8 +315,9 @@ func (a *Activities) DestroySandbox(ctx context.Context, in SandboxInput) error 
 }
 
 // CopyBlob copies a blob to a new key (a fork's own copy).
-func (a *Activities) CopyBlob(ctx context.Context, in CopyInput) error {
-	err := a.Blobs.Copy(ctx, in.Dst, in.Src)
+func (a *Activities) CopyBlob(ctx context.Context, in CopyInput) (err error) {
+	defer a.redactOut(nil, &err)
+	err = a.Blobs.Copy(ctx, in.Dst, in.Src)
 	if errors.Is(err, store.ErrNotFound) {
 		return permanent("the data to copy is missing from the blob store", err)
 	}
@@ -259,8 +325,9 @@ func (a *Activities) CopyBlob(ctx context.Context, in CopyInput) error {
 }
 
 // DeleteBlob deletes one blob; a missing one is fine.
-func (a *Activities) DeleteBlob(ctx context.Context, key string) error {
-	err := a.Blobs.Delete(ctx, key)
+func (a *Activities) DeleteBlob(ctx context.Context, key string) (err error) {
+	defer a.redactOut(nil, &err)
+	err = a.Blobs.Delete(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -269,7 +336,8 @@ func (a *Activities) DeleteBlob(ctx context.Context, key string) error {
 
 // DeleteSessionData deletes every blob of a session (snapshots,
 // transcripts, large texts).
-func (a *Activities) DeleteSessionData(ctx context.Context, sessionID string) error {
+func (a *Activities) DeleteSessionData(ctx context.Context, sessionID string) (err error) {
+	defer a.redactOut(nil, &err)
 	if err := a.Blobs.DeletePrefix(ctx, store.SnapshotPrefix(sessionID)); err != nil {
 		return err
 	}
@@ -278,7 +346,8 @@ func (a *Activities) DeleteSessionData(ctx context.Context, sessionID string) er
 
 // Report tells the tenant's session manager about a session, starting the
 // manager if it does not run yet.
-func (a *Activities) Report(ctx context.Context, in ReportInput) error {
+func (a *Activities) Report(ctx context.Context, in ReportInput) (err error) {
+	defer a.redactOut(nil, &err)
 	if a.Temporal == nil {
 		return permanent("no Temporal client for reports", nil)
 	}
@@ -300,8 +369,12 @@ func (a *Activities) Report(ctx context.Context, in ReportInput) error {
 }
 
 // Deliver posts or edits one outbound chat message through the platform's
-// sender, with known secrets redacted.
-func (a *Activities) Deliver(ctx context.Context, m Outbound) error {
+// sender. Known secrets are redacted from every field of the message (the
+// text, resolved from its claim check first, which is also what a sender
+// uploads as a file; progress tool lines; the title), so neither a chat nor
+// a platform's thread name ever shows one, whatever the workflow queued.
+func (a *Activities) Deliver(ctx context.Context, m Outbound) (err error) {
+	defer a.redactOut(nil, &err)
 	sender := a.Chat[Platform(m.Thread)]
 	if sender == nil {
 		a.log().Debug("no chat sender for platform; message dropped", "thread", m.Thread, "key", m.Key)
@@ -320,11 +393,7 @@ func (a *Activities) Deliver(ctx context.Context, m Outbound) error {
 		}
 		m.Text = Text{Inline: b.String(), Size: b.Len()}
 	}
-	m.Text.Inline = redact(m.Text.Inline, a.Secrets)
-	for i := range m.Tools {
-		m.Tools[i].Summary = redact(m.Tools[i].Summary, a.Secrets)
-		m.Tools[i].Detail = redact(m.Tools[i].Detail, a.Secrets)
-	}
+	a.redactor().Walk(&m)
 	return sender.Deliver(ctx, m)
 }
 

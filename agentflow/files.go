@@ -21,14 +21,14 @@ type FileFetcher interface {
 // ImportFiles copies files shared in the chat into the workspace under
 // uploads/, each at most MaxInboundFile bytes, names sanitised. A file that
 // cannot be fetched or is too large is reported, not fatal.
-func (a *Activities) ImportFiles(ctx context.Context, in ImportInput) (ImportResult, error) {
+func (a *Activities) ImportFiles(ctx context.Context, in ImportInput) (res ImportResult, err error) {
+	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
 	fetcher, _ := a.Chat[Platform(in.Thread)].(FileFetcher)
 	sb, err := a.Sandboxes.Attach(ctx, in.State)
 	if err != nil {
 		return ImportResult{}, sandboxErr(err)
 	}
-	var res ImportResult
 	used := map[string]bool{}
 	for _, f := range in.Files {
 		out := ImportedFile{Name: f.Name}

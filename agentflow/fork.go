@@ -15,7 +15,8 @@ import (
 // starts the fork's workflow and links the two threads. Each step is
 // idempotent, so a retry finishes a half-done fork instead of making a
 // second one.
-func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (ForkResult, error) {
+func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (res ForkResult, err error) {
+	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
 	r := in.Request
 	if a.Temporal == nil {

@@ -21,9 +21,15 @@ const maxInlineArgs = 16 << 10
 // ModelStep appends in.Append to the session's transcript, asks the model
 // for the next step, records its reply as a new transcript version and
 // returns the tool calls to run or the final answer. Permanent model errors
-// (bad key, unknown model, bad request) are non-retryable.
-func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (ModelStepResult, error) {
+// (bad key, unknown model, bad request) are non-retryable. Known secrets are
+// replaced in the transcript before the model reads it and in the model's
+// reply before it is recorded, so neither the transcript nor the tool calls
+// and answer returned to the workflow hold one; a command the model writes
+// with a secret in it runs with the placeholder instead.
+func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res ModelStepResult, err error) {
+	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
+	rd := a.redactor()
 	var msgs []llm.Message
 	if in.Transcript.Key != "" {
 		if err := a.getJSON(ctx, in.Transcript.Key, &msgs); err != nil {
@@ -34,6 +40,9 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (ModelSte
 		}
 	}
 	msgs = append(msgs, in.Append...)
+	// The whole transcript, not only what is new: a secret added to the
+	// worker's list later is gone from older turns too.
+	rd.Walk(&msgs)
 	req := llm.Request{
 		Model:    a.ModelName,
 		Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: systemPrompt(in.Backend, in.Root)}}, compact(msgs, a.contextChars())...),
@@ -53,6 +62,7 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (ModelSte
 	}
 	reply := resp.Message
 	reply.Role = llm.RoleAssistant
+	rd.Walk(&reply)
 	if in.FinalOnly && len(reply.ToolCalls) > 0 {
 		// No tools were offered; calls made anyway are dropped (they
 		// would need results) and said instead.

@@ -63,9 +63,13 @@ const maxReadFile = 4 << 20
 // RunTool runs one tool call in the session's sandbox. Problems the model
 // can act on (bad arguments, a failing command, a missing file) are results
 // with OK false, not errors; errors are for the sandbox itself failing.
-func (a *Activities) RunTool(ctx context.Context, in ToolInput) (ToolResult, error) {
+// Known secrets are replaced in the result before the model or the history
+// sees it (a command may well print one: cat .env); the whole output kept
+// in the workspace is left as the command wrote it.
+func (a *Activities) RunTool(ctx context.Context, in ToolInput) (res ToolResult, err error) {
+	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
-	res := ToolResult{CallID: in.Call.ID, Name: in.Call.Name}
+	res = ToolResult{CallID: in.Call.ID, Name: in.Call.Name}
 	args := in.Call.Arguments
 	if in.Call.ArgsRef != "" {
 		data, err := a.getBlob(ctx, in.Call.ArgsRef)
@@ -323,16 +327,6 @@ func toolSummary(c ToolCall) string {
 	}
 	s = strings.Join(strings.Fields(s), " ")
 	return c.Name + ": " + cut(s, 120)
-}
-
-// redact replaces every known secret value in s.
-func redact(s string, secrets []string) string {
-	for _, sec := range secrets {
-		if len(sec) >= 6 {
-			s = strings.ReplaceAll(s, sec, "[redacted]")
-		}
-	}
-	return s
 }
 
 // lostErr is sandboxErr for failures after the tool reached the sandbox: a

@@ -23,7 +23,8 @@ type AppendInput struct {
 // later payload) until the next model call succeeds. Like ModelStep, it
 // deletes the version before its input and keeps the input itself, so a
 // retry finds it.
-func (a *Activities) AppendTranscript(ctx context.Context, in AppendInput) (TranscriptRef, error) {
+func (a *Activities) AppendTranscript(ctx context.Context, in AppendInput) (ref TranscriptRef, err error) {
+	defer a.redactOut(&ref, &err)
 	var msgs []llm.Message
 	if in.Transcript.Key != "" {
 		if err := a.getJSON(ctx, in.Transcript.Key, &msgs); err != nil {
