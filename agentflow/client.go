@@ -205,10 +205,21 @@ func (c *Client) State(ctx context.Context, threadKey string) (SessionView, erro
 	return v, err
 }
 
-// Transcript returns the session's recent turns.
-func (c *Client) Transcript(ctx context.Context, threadKey string) ([]TurnSummary, error) {
+// Transcript returns the session's recent turns. by is who asks (a user
+// ID): the session answers only its requester and its admins, and refuses
+// others with a RefusedError.
+func (c *Client) Transcript(ctx context.Context, threadKey, by string) ([]TurnSummary, error) {
 	var t []TurnSummary
-	err := c.query(ctx, AgentWorkflowID(threadKey), QueryTranscript, &t)
+	err := c.query(ctx, AgentWorkflowID(threadKey), QueryTranscript, &t, by)
+	// A query handler's error reaches the client as QueryFailed, not as
+	// an application error: here it is the session's refusal.
+	var failed *serviceerror.QueryFailed
+	if errors.As(err, &failed) {
+		if failed.Message == ErrDestroyedText {
+			return nil, ErrDestroyed
+		}
+		return nil, &RefusedError{Msg: failed.Message, err: err}
+	}
 	return t, err
 }
 
@@ -222,7 +233,63 @@ func (c *Client) List(ctx context.Context, threadKey string) ([]SessionEntry, er
 	return l, err
 }
 
-// Lookup returns the registry entry of a thread, or ErrNoSession.
+// Presence is whether a thread has a session, as Temporal knows it.
+type Presence int
+
+// Presences of Describe.
+const (
+	// PresenceNone: no session was ever started in the thread.
+	PresenceNone Presence = iota
+	// PresenceRunning: the thread's session is running (idle, busy or
+	// paused: it takes messages).
+	PresenceRunning
+	// PresenceEnded: the thread's session was destroyed (its workflow
+	// closed); the thread never gets another one.
+	PresenceEnded
+)
+
+// String names p for logs.
+func (p Presence) String() string {
+	switch p {
+	case PresenceNone:
+		return "none"
+	case PresenceRunning:
+		return "running"
+	case PresenceEnded:
+		return "ended"
+	}
+	return fmt.Sprintf("Presence(%d)", int(p))
+}
+
+// Describe says whether the thread has a session by describing its
+// workflow, AgentWorkflowID(threadKey): the workflow is the session, so
+// this is the source of truth. The session manager's registry is not: it
+// is a view that agents update by reports, and a report can fail. Describe
+// needs no worker. Errors are Temporal's (the server unreachable, ctx
+// done).
+func (c *Client) Describe(ctx context.Context, threadKey string) (Presence, error) {
+	d, err := c.tc.DescribeWorkflow(ctx, AgentWorkflowID(threadKey), "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return PresenceNone, nil
+	case err != nil:
+		return PresenceNone, fmt.Errorf("describing the session of %s: %w", threadKey, err)
+	}
+	// Without a run ID the server describes the latest run, so a session
+	// that continued as new shows its running successor. Only destroy ends
+	// a session; a workflow that failed or was terminated from outside
+	// cannot be started again (REJECT_DUPLICATE) and is as good as
+	// destroyed.
+	if d.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return PresenceRunning, nil
+	}
+	return PresenceEnded, nil
+}
+
+// Lookup returns the registry entry of a thread, or ErrNoSession. The
+// registry serves list and fork; whether a thread has a session is
+// Describe's to say.
 func (c *Client) Lookup(ctx context.Context, threadKey string) (SessionEntry, error) {
 	var e *SessionEntry
 	resp, err := c.tc.QueryWorkflow(ctx, ManagerWorkflowID(threadKey), "", ManagerQueryLookup, threadKey)
@@ -238,8 +305,8 @@ func (c *Client) Lookup(ctx context.Context, threadKey string) (SessionEntry, er
 	return *e, nil
 }
 
-func (c *Client) query(ctx context.Context, workflowID, name string, out any) error {
-	resp, err := c.tc.QueryWorkflow(ctx, workflowID, "", name)
+func (c *Client) query(ctx context.Context, workflowID, name string, out any, args ...any) error {
+	resp, err := c.tc.QueryWorkflow(ctx, workflowID, "", name, args...)
 	if err != nil {
 		return c.translate(err)
 	}

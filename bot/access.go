@@ -11,7 +11,10 @@ type Access struct {
 	Channels []string
 	Roles    []string
 	// Admins may control any session; others only the sessions they
-	// started.
+	// started. New sessions get a copy of the list in their input
+	// (agentflow.AgentInput.Admins), and each session checks control
+	// requests against its own copy: a later change of the list applies
+	// to sessions started after it.
 	Admins []string
 }
 
@@ -30,17 +33,30 @@ func (a Access) Allowed(ev Event) bool {
 	return true
 }
 
-// CanControl reports whether user may change or end a session started by
-// requester (switch, title, stop, done, destroy).
-func (a Access) CanControl(user, requester string) bool {
-	return requester == "" || user == requester || slices.Contains(a.Admins, user)
+// Admin reports whether user is an admin.
+func (a Access) Admin(user string) bool {
+	return user != "" && slices.Contains(a.Admins, user)
 }
 
-// Controls reports whether a verb changes or ends the session it is sent
-// to, and so is for the session's requester and admins only.
+// CanControl reports whether user may use the controls (see Controls) of a
+// session started by requester. requester must be what the session says of
+// itself (its state or its registry entry), never what an event says: the
+// author of a later message in the thread is not the session's owner. A
+// session that names no requester (started with no user, e.g. from a
+// terminal without $USER) passes here; the session itself decides.
+func (a Access) CanControl(user, requester string) bool {
+	return requester == "" || (user != "" && user == requester) || a.Admin(user)
+}
+
+// Controls reports whether a verb is for the session's requester and admins
+// only: it changes or ends the session (switch, title, stop, done,
+// destroy), copies it (fork: its conversation and workspace go to a new
+// thread), or reads its whole conversation out (export). The Router checks
+// this before it calls the session, for a friendly refusal; the session
+// enforces it (every control request carries who asks).
 func Controls(v Verb) bool {
 	switch v {
-	case VerbSwitch, VerbTitle, VerbStop, VerbDone, VerbDestroy:
+	case VerbSwitch, VerbTitle, VerbStop, VerbDone, VerbDestroy, VerbFork, VerbExport:
 		return true
 	}
 	return false

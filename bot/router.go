@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/internal/redact"
 	"github.com/agentbot/agentbot/store"
 )
 
@@ -42,6 +44,12 @@ type Router struct {
 	// for none. Namespace is the Temporal namespace.
 	WebUI, Namespace string
 	Logger           *slog.Logger
+	// Secrets are values (API keys, tokens) that Handle replaces in every
+	// reply before it reaches the chat: the text and the session view
+	// shown with it (titles, tool lines, the last error), whatever the
+	// session or a person put there. Values shorter than redact.MinLen are
+	// ignored.
+	Secrets []string
 
 	mu    sync.Mutex
 	local map[string]time.Time // event IDs seen, while the cache is down
@@ -51,6 +59,7 @@ type Router struct {
 // only when reply itself fails; what goes wrong with the event is told to
 // the person (with an ID to find the log line) and logged.
 func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
+	reply = redactReplies(reply, r.Secrets)
 	if ev.ID != "" && !r.firstSeen(ctx, ev.Platform+":"+ev.ID) {
 		r.log().Debug("dropped a repeated event", "event_id", ev.ID, "thread", ev.ThreadKey)
 		return nil
@@ -67,6 +76,19 @@ func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 		return nil
 	}
 	return reply.Reply(ctx, *resp)
+}
+
+// redactReplies wraps reply so that every Response it gets has the known
+// secrets replaced: one place that every answer of Handle passes.
+func redactReplies(reply Replier, secrets []string) Replier {
+	rd := redact.New(secrets...)
+	if rd.Empty() {
+		return reply
+	}
+	return ReplierFunc(func(ctx context.Context, resp Response) error {
+		rd.Walk(&resp) // resp and its session view are this event's own
+		return reply.Reply(ctx, resp)
+	})
 }
 
 func (r *Router) route(ctx context.Context, ev Event) (*Response, error) {
@@ -88,7 +110,8 @@ func (r *Router) route(ctx context.Context, ev Event) (*Response, error) {
 }
 
 // message sends chat to the thread's session. A mention starts the session
-// if there is none; plain chat in a thread without a session is ignored.
+// if there is none; plain chat in a thread without a session is ignored,
+// and in a thread whose session was destroyed it is told so.
 func (r *Router) message(ctx context.Context, ev Event, thread string, start bool) (*Response, error) {
 	if thread == "" {
 		return nil, errors.New("no thread for the message")
@@ -103,15 +126,15 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 		return nil, nil
 	}
 	if !start {
-		entry, ok, err := r.lookup(ctx, thread)
+		p, err := r.lookup(ctx, thread)
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
+		switch p {
+		case agentflow.PresenceNone:
 			return nil, nil // not a session thread: people talking
-		}
-		if entry.Missing {
-			return nil, nil
+		case agentflow.PresenceEnded:
+			return nil, agentflow.ErrDestroyed
 		}
 	}
 	in := r.newSession(ev, thread, "")
@@ -119,17 +142,26 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 	if err != nil {
 		return nil, err
 	}
-	r.remember(ctx, thread, store.ThreadEntry{WorkflowID: agentflow.AgentWorkflowID(thread), Title: in.Title,
-		Backend: in.Backend, Requester: in.Requester})
+	if start {
+		// This event may have started the session: replace a negative
+		// entry. Only that the session exists is cached; who owns it is
+		// the session's to say (this event's author may not be the one
+		// who started it).
+		r.found(ctx, thread)
+	}
 	return nil, nil
 }
 
+// newSession is the input of a session that ev would start. Its requester
+// (ev's author) counts only if this start creates the workflow: an
+// existing session keeps the input it started with. Admins are copied into
+// the session, which checks control requests against them itself.
 func (r *Router) newSession(ev Event, thread, backend string) agentflow.AgentInput {
 	if backend == "" {
 		backend = r.DefaultBackend
 	}
 	return agentflow.AgentInput{ThreadKey: thread, Backend: backend, Requester: ev.User,
-		Title: titleFrom(ev.Text), Options: r.Options}
+		Admins: slices.Clone(r.Access.Admins), Title: titleFrom(ev.Text), Options: r.Options}
 }
 
 // titleFrom makes a session title of the first words of its first message.
@@ -162,21 +194,46 @@ func (r *Router) command(ctx context.Context, ev Event) (*Response, error) {
 	if needsSession && thread == "" {
 		return &Response{Text: fmt.Sprintf("`%s` works inside a session's thread; there, say `@bot %s` or `!agent %s`.", cmd.Verb, cmd.Verb, cmd.Verb), Private: true}, nil
 	}
-	var entry store.ThreadEntry
 	if needsSession {
-		e, ok, err := r.lookup(ctx, thread)
+		p, err := r.lookup(ctx, thread)
 		if err != nil {
 			return nil, err
 		}
-		if !ok || e.Missing {
+		switch {
+		case p == agentflow.PresenceNone:
 			return &Response{Text: "There is no session in this thread. Mention me with a task to start one.", Private: true}, nil
+		case p == agentflow.PresenceEnded && Controls(cmd.Verb):
+			return nil, agentflow.ErrDestroyed
 		}
-		entry = e
 	}
-	if Controls(cmd.Verb) && !r.Access.CanControl(ev.User, entry.Requester) {
-		return &Response{Text: fmt.Sprintf("Only the person who started this session (or an admin) can use `%s` here.", cmd.Verb), Private: true}, nil
+	if Controls(cmd.Verb) {
+		ok, err := r.mayControl(ctx, ev, thread)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return &Response{Text: fmt.Sprintf("Only the person who started this session (or an admin) can use `%s` here.", cmd.Verb), Private: true}, nil
+		}
 	}
 	return r.dispatch(ctx, ev, thread, cmd)
+}
+
+// mayControl is the gateway's check of a control (see Controls), for a
+// quick and friendly refusal. The session decides: every control request
+// carries who asks (By; a fork's Requester; the transcript query's
+// argument), and the session refuses anyone but its requester and the
+// admins it was started with. So this check reads only what the session
+// says of itself, its requester from its state, never the thread cache:
+// events write the cache.
+func (r *Router) mayControl(ctx context.Context, ev Event, thread string) (bool, error) {
+	if r.Access.Admin(ev.User) {
+		return true, nil // no need to ask the session
+	}
+	v, err := r.Sessions.State(ctx, thread)
+	if err != nil {
+		return false, err
+	}
+	return r.Access.CanControl(ev.User, v.Requester), nil
 }
 
 func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Command) (*Response, error) {
@@ -220,7 +277,7 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 		if err != nil {
 			return nil, err
 		}
-		r.remember(ctx, res.ThreadKey, store.ThreadEntry{WorkflowID: res.WorkflowID, Title: res.Title, Backend: res.Backend, Requester: ev.User})
+		r.found(ctx, res.ThreadKey)
 		return nil, nil // the fork links itself in both threads
 	case VerbTitle:
 		v, err := cl.Title(ctx, thread, agentflow.TitleRequest{Title: cmd.Title, By: ev.User})
@@ -267,7 +324,7 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 		}
 		return &Response{Text: listText(l), Private: true}, nil
 	case VerbExport:
-		t, err := cl.Transcript(ctx, thread)
+		t, err := cl.Transcript(ctx, thread, ev.User)
 		if err != nil {
 			return nil, err
 		}
@@ -285,6 +342,8 @@ func forkRequestID(ev Event) string {
 	return fmt.Sprintf("%s:%s:%d", ev.Platform, ev.User, time.Now().UnixNano())
 }
 
+// entryOf is a cache entry from what a session says of itself (its state
+// or an update's answer), never from an event.
 func entryOf(v agentflow.SessionView) store.ThreadEntry {
 	return store.ThreadEntry{WorkflowID: v.WorkflowID, Title: v.Title, Backend: v.Backend, Requester: v.Requester}
 }
@@ -359,35 +418,43 @@ func (r *Router) webUI(workflowID string) string {
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(r.WebUI, "/"), ns, url.PathEscape(workflowID))
 }
 
-// lookup finds whether a thread has a session: the cache first, then the
-// session manager (the source of truth). A cache that fails is logged and
-// skipped.
-func (r *Router) lookup(ctx context.Context, thread string) (store.ThreadEntry, bool, error) {
+// lookup finds whether a thread has a session: the cache first, then
+// Temporal itself, by describing the thread's workflow (Client.Describe).
+// It never asks the session manager: its registry is a view kept by the
+// agents' reports, and a failed report must not make a thread deaf. The
+// cache keeps that a thread has a session (24 h) or has none (30 s); an
+// ended session is not cached, so its thread is told it is gone. A cache
+// that fails is logged and skipped.
+func (r *Router) lookup(ctx context.Context, thread string) (agentflow.Presence, error) {
 	if r.Cache != nil {
 		e, ok, err := r.Cache.GetThread(ctx, thread)
 		switch {
 		case err != nil:
 			r.log().Debug("thread cache unavailable; asking Temporal", "thread", thread, "error", err)
+		case ok && e.Missing:
+			return agentflow.PresenceNone, nil
 		case ok:
-			return e, true, nil
+			return agentflow.PresenceRunning, nil
 		}
 	}
-	e, err := r.Sessions.Lookup(ctx, thread)
-	switch {
-	case errors.Is(err, agentflow.ErrNoSession):
+	p, err := r.Sessions.Describe(ctx, thread)
+	if err != nil {
+		return p, err
+	}
+	switch p {
+	case agentflow.PresenceNone:
 		r.put(ctx, thread, store.ThreadEntry{Missing: true}, store.MissingTTL)
-		return store.ThreadEntry{Missing: true}, true, nil
-	case err != nil:
-		return store.ThreadEntry{}, false, err
+	case agentflow.PresenceRunning:
+		r.found(ctx, thread)
 	}
-	if e.Status == agentflow.StatusDestroyed {
-		// Still a session thread: messages there are told it is gone.
-		entry := store.ThreadEntry{WorkflowID: e.WorkflowID, Title: e.Title, Backend: e.Backend, Requester: e.Requester}
-		return entry, true, nil
-	}
-	entry := store.ThreadEntry{WorkflowID: e.WorkflowID, Title: e.Title, Backend: e.Backend, Requester: e.Requester}
-	r.put(ctx, thread, entry, store.ThreadTTL)
-	return entry, true, nil
+	return p, nil
+}
+
+// found caches that thread has a session, replacing any negative entry.
+// It writes the workflow ID only: nothing an event says (its author least
+// of all) goes into the cache as a fact about the session.
+func (r *Router) found(ctx context.Context, thread string) {
+	r.put(ctx, thread, store.ThreadEntry{WorkflowID: agentflow.AgentWorkflowID(thread)}, store.ThreadTTL)
 }
 
 func (r *Router) remember(ctx context.Context, thread string, e store.ThreadEntry) {
