@@ -32,6 +32,11 @@ type EnsureSandboxInput struct {
 	Title   string `json:"title,omitempty"`
 	// SnapshotKey, when set, is restored into a sandbox this call creates.
 	SnapshotKey string `json:"snapshot_key,omitempty"`
+	// Generation numbers the sandboxes a session has had; a sandbox this
+	// call creates is the Generation-th, and is named after the session
+	// and it, so that a retried call finds the one it made instead of
+	// making another. 0 in inputs recorded before it existed.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // EnsureSandboxResult says which sandbox to use and how it was obtained.

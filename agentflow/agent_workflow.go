@@ -638,9 +638,13 @@ func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, e
 	var ens EnsureSandboxResult
 	err = workflow.ExecuteActivity(sandboxCtx(ctx, 15*time.Minute), a.EnsureSandbox, EnsureSandboxInput{
 		SessionID: w.workflowID, Backend: r.Backend, Root: r.Root, Title: w.Title, SnapshotKey: w.SnapshotKey,
+		Generation: w.SandboxGen + 1,
 	}).Get(ctx, &ens)
 	if err != nil {
 		return res, fmt.Errorf("could not move to %s; still on %s: %s", r.Backend, w.Backend, userError(err))
+	}
+	if ens.Created {
+		w.SandboxGen++
 	}
 	old := w.Sandbox
 	w.Sandbox, w.SandboxUp, w.Backend, w.Root, w.Paused = &ens.State, true, r.Backend, r.Root, false
@@ -819,10 +823,13 @@ func (w *agent) ensureUp(ctx workflow.Context) error {
 	var ens EnsureSandboxResult
 	err := workflow.ExecuteActivity(sandboxCtx(ctx, 15*time.Minute), a.EnsureSandbox, EnsureSandboxInput{
 		SessionID: w.workflowID, Current: w.Sandbox, Backend: w.Backend, Root: w.Root,
-		Title: w.Title, SnapshotKey: w.SnapshotKey,
+		Title: w.Title, SnapshotKey: w.SnapshotKey, Generation: w.SandboxGen + 1,
 	}).Get(ctx, &ens)
 	if err != nil {
 		return err
+	}
+	if ens.Created {
+		w.SandboxGen++
 	}
 	w.Sandbox, w.SandboxUp = &ens.State, true
 	if w.Paused {

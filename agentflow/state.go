@@ -36,6 +36,9 @@ type AgentState struct {
 	// says it is running (not stopped by idle or pause).
 	Sandbox   *sandboxes.State `json:"sandbox,omitempty"`
 	SandboxUp bool             `json:"sandbox_up,omitempty"`
+	// SandboxGen counts the sandboxes created for the session; the next
+	// one created is SandboxGen+1 (see EnsureSandboxInput.Generation).
+	SandboxGen int64 `json:"sandbox_gen,omitempty"`
 	// SnapshotKey is the newest good snapshot of the workspace; SnapshotGen
 	// numbers snapshots so each gets a key of its own.
 	SnapshotKey string `json:"snapshot_key,omitempty"`
