@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,6 +37,8 @@ import (
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/devserver"
+	"github.com/agentbot/agentbot/internal/secretenv"
+	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/store"
 )
 
@@ -43,14 +47,25 @@ func main() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: bot\n\nEnvironment:\n%s", config.Table())
 	}
 	flag.Parse()
-	if err := run(); err != nil {
+	// Before anything else, the secrets leave the environment block
+	// (this re-executes the program), where commands of the local
+	// sandbox, or any process of this user, could read them; the rest of
+	// the program gets them from environ only.
+	environ, err := secretenv.Protect(os.Environ(), os.Args, slices.Concat(config.SecretVars, config.SDKSecretVars))
+	if err == nil {
+		err = run(environ)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bot:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	cfg, err := config.Load(os.Environ())
+func run(environ []string) error {
+	cfg, err := config.Load(environ)
+	if err == nil {
+		err = cfg.ValidateGateway()
+	}
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
@@ -74,6 +89,9 @@ func run() error {
 		logOut = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
 
 	embedded := cfg.TemporalAddress == ""
 	addr := cfg.TemporalAddress
@@ -93,6 +111,11 @@ func run() error {
 			fmt.Fprintf(os.Stderr, "Temporal web UI: %s\n", ui)
 			webUI = ui
 		}
+	}
+	// For the blob store's SDK, which reads them from the environment:
+	// only now, so that the dev server does not inherit them.
+	if err := secretenv.Restore(environ, config.SDKSecretVars); err != nil {
+		return err
 	}
 	tc, err := client.DialContext(ctx, client.Options{
 		HostPort: addr, Namespace: cfg.TemporalNamespace, Logger: tlog.NewStructuredLogger(logger),
@@ -119,9 +142,18 @@ func run() error {
 		}
 		defer w.Stop()
 		backends = w.Registry.Names()
+		if !slices.Contains(backends, cfg.DefaultBackend) {
+			return fmt.Errorf("the default backend %s cannot run here (%s); set AGENTBOT_DEFAULT_BACKEND to one that can: %s",
+				cfg.DefaultBackend, why(w.Unavailable, cfg.DefaultBackend), strings.Join(backends, ", "))
+		}
 	}
 	if len(backends) == 0 {
-		backends = []string{"local", "docker"}
+		// Separate workers: the bot cannot see what they run.
+		for _, b := range []string{"local", "docker"} {
+			if cfg.Enabled(b) {
+				backends = append(backends, b)
+			}
+		}
 	}
 	cache, err := openCache(cfg, logger)
 	if err != nil {
@@ -134,7 +166,7 @@ func run() error {
 		Options: agentflow.AgentOptions{
 			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
 		},
-		WebUI: webUI, Namespace: cfg.TemporalNamespace, Logger: logger,
+		WebUI: webUI, Namespace: cfg.TemporalNamespace, Logger: logger, Secrets: cfg.Secrets,
 	}
 	if slackMode || discordMode {
 		return serveChat(ctx, cfg, router, access, backends, logger)
@@ -144,6 +176,16 @@ func run() error {
 		User: os.Getenv("USER"), PrintAnswers: !embedded,
 	}
 	return chat.Run(ctx)
+}
+
+// why says why backend name is not among the registered ones.
+func why(unavailable []sandboxes.Availability, name string) string {
+	for _, u := range unavailable {
+		if u.Name == name {
+			return u.Err.Error()
+		}
+	}
+	return "not enabled"
 }
 
 // cacheCloser is a bot.Cache that can be closed.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"go.temporal.io/sdk/client"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
+	"github.com/agentbot/agentbot/internal/secretenv"
 )
 
 func main() {
@@ -29,21 +31,37 @@ func main() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: worker\n\nEnvironment:\n%s", config.Table())
 	}
 	flag.Parse()
-	if err := run(); err != nil {
+	// Before anything else, the secrets leave the environment block
+	// (this re-executes the program), where commands of the local
+	// sandbox, or any process of this user, could read them; the rest of
+	// the program gets them from environ only.
+	environ, err := secretenv.Protect(os.Environ(), os.Args, slices.Concat(config.SecretVars, config.SDKSecretVars))
+	if err == nil {
+		err = run(environ)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	cfg, err := config.Load(os.Environ())
+func run(environ []string) error {
+	cfg, err := config.Load(environ)
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	if cfg.TemporalAddress == "" {
 		return fmt.Errorf("TEMPORAL_ADDRESS is not set (for everything in one process, run cmd/bot)")
 	}
+	// For the blob store's SDK, which reads them from the environment;
+	// the worker starts no process that inherits it.
+	if err := secretenv.Restore(environ, config.SDKSecretVars); err != nil {
+		return err
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

@@ -30,6 +30,10 @@ import (
 	"github.com/agentbot/agentbot/store"
 )
 
+// errLocalOff says why the local backend is not registered while a chat
+// platform is configured, and what would turn it on.
+var errLocalOff = errors.New("off while serving a chat platform, as it is not isolated (AGENTBOT_UNSAFE_LOCAL=true turns it on)")
+
 // Options are what the worker needs beyond the configuration.
 type Options struct {
 	Config config.Config
@@ -68,13 +72,18 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		}
 	}()
 
-	if cfg.Enabled(localsandbox.Name) {
+	switch {
+	case cfg.Enabled(localsandbox.Name):
 		lb, err := localsandbox.New(localsandbox.Options{BaseDir: cfg.LocalDir})
 		if err != nil {
 			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: localsandbox.Name, Err: err})
 		} else {
 			wk.add(ctx, localsandbox.Name, lb)
 		}
+	case len(cfg.Backends) == 0:
+		// Off because a chat platform is configured (config.Enabled):
+		// say so where the missing backends are listed.
+		wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: localsandbox.Name, Err: errLocalOff})
 	}
 	if cfg.Enabled(dockersandbox.Name) {
 		db, err := dockersandbox.New(dockersandbox.Options{

@@ -46,15 +46,22 @@ type Config struct {
 	ModelAPI      string // "chat" or "responses"
 	ContextChars  int
 
-	// Sandboxes.
+	// Sandboxes. DefaultBackend is the backend of new sessions: when
+	// AGENTBOT_DEFAULT_BACKEND is unset, local, or (local being off) docker
+	// if enabled, else the first enabled backend.
 	DefaultBackend string
 	Backends       []string // enabled backends; empty = every available one
-	LocalDir       string
-	DockerImage    string
-	DockerNetwork  string
-	DockerMemory   int64
-	DockerCPUs     float64
-	DockerPids     int64
+	// UnsafeLocal turns the local backend on while serving a chat
+	// platform: it gives every allowed chat user an unisolated shell on
+	// this machine. Without a chat platform the local backend is on
+	// anyway.
+	UnsafeLocal   bool
+	LocalDir      string
+	DockerImage   string
+	DockerNetwork string
+	DockerMemory  int64
+	DockerCPUs    float64
+	DockerPids    int64
 	// Cloud backends; the keys are secrets read by the worker only.
 	E2BAPIKey       string
 	E2BDomain       string
@@ -91,10 +98,13 @@ type Config struct {
 	DiscordThreads   bool
 
 	// Access control (comma-separated IDs; empty lists allow everyone).
+	// Serving a chat platform needs one of the three allowlists, or
+	// AllowEveryone (see ValidateGateway).
 	AllowedUsers    []string
 	AllowedChannels []string
 	AllowedRoles    []string
 	Admins          []string
+	AllowEveryone   bool
 
 	LogLevel slog.Level
 	// Secrets collects the secret values of this configuration, to redact
@@ -122,8 +132,9 @@ var Vars = []Var{
 	{"AGENTBOT_MODEL", "gpt-4.1-mini", "model name"},
 	{"AGENTBOT_MODEL_API", "chat", "chat (Chat Completions) or responses (Responses API)"},
 	{"AGENTBOT_CONTEXT_CHARS", "300000", "context budget in characters; older turns are left out past it"},
-	{"AGENTBOT_DEFAULT_BACKEND", "local", "backend of new sessions"},
+	{"AGENTBOT_DEFAULT_BACKEND", "local (serving Slack or Discord: docker, else the first enabled backend)", "backend of new sessions"},
 	{"AGENTBOT_BACKENDS", "(every available one)", "comma-separated backends to enable"},
+	{"AGENTBOT_UNSAFE_LOCAL", "false", "true: keep the local backend on while serving Slack or Discord; it is NOT isolated: every allowed chat user gets a shell on this machine as this OS user (without a chat platform, local is on anyway)"},
 	{"AGENTBOT_LOCAL_DIR", "<state dir>/sandboxes", "where local sandboxes live"},
 	{"AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest", "image of Docker sandboxes"},
 	{"AGENTBOT_DOCKER_NETWORK", "none", "network of Docker sandboxes"},
@@ -150,12 +161,27 @@ var Vars = []Var{
 	{"DISCORD_PUBLIC_KEY", "", "Discord application public key (hex): interactions over HTTP at /discord/interactions"},
 	{"DISCORD_GUILD_ID", "(global)", "register /agent in this guild only (instant), else globally"},
 	{"AGENTBOT_DISCORD_THREADS", "false", "true: /agent new in a text channel opens a thread instead of binding the channel"},
-	{"AGENTBOT_ALLOWED_USERS", "(everyone)", "comma-separated user IDs allowed to use the bot"},
+	{"AGENTBOT_ALLOWED_USERS", "(everyone)", "comma-separated user IDs allowed to use the bot; serving Slack or Discord needs this, _CHANNELS or _ROLES (or AGENTBOT_ALLOW_EVERYONE=true)"},
 	{"AGENTBOT_ALLOWED_CHANNELS", "(every channel)", "comma-separated channel IDs the bot answers in"},
 	{"AGENTBOT_ALLOWED_ROLES", "(any role)", "comma-separated Discord role IDs allowed"},
+	{"AGENTBOT_ALLOW_EVERYONE", "false", "true: serve Slack or Discord with no allowlist, to every member of the workspace or server"},
 	{"AGENTBOT_ADMINS", "(none)", "comma-separated user IDs who may control any session"},
 	{"AGENTBOT_LOG_LEVEL", "info", "debug, info, warn or error"},
 }
+
+// SecretVars are the variables that hold agentbot's secrets. cmd/* keeps
+// them out of its process's environment block (internal/secretenv) and
+// hands them to Load only.
+var SecretVars = []string{
+	"OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
+	"DISCORD_TOKEN", "E2B_API_KEY", "DAYTONA_API_KEY",
+}
+
+// SDKSecretVars are secrets that libraries read from the environment
+// themselves (the AWS SDK behind s3:// blob stores): cmd/* keeps them out
+// of its environment block too, and puts them back into the Go runtime's
+// copy of the environment only.
+var SDKSecretVars = []string{"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
 
 // Load reads the configuration from environ (as os.Environ returns it).
 func Load(environ []string) (Config, error) {
@@ -191,6 +217,19 @@ func Load(environ []string) (Config, error) {
 		}
 		return n
 	}
+	// Switches of what is unsafe take only true or false: a typo must
+	// not pass for either.
+	boolean := func(k string) bool {
+		switch s := get(k, "false"); s {
+		case "true":
+			return true
+		case "false":
+			return false
+		default:
+			errs = append(errs, fmt.Errorf("%s=%q: want true or false", k, s))
+			return false
+		}
+	}
 	dur := func(k string, def time.Duration) time.Duration {
 		s := get(k, "")
 		if s == "" {
@@ -215,7 +254,8 @@ func Load(environ []string) (Config, error) {
 		Model:              get("AGENTBOT_MODEL", "gpt-4.1-mini"),
 		ModelAPI:           get("AGENTBOT_MODEL_API", "chat"),
 		ContextChars:       int(num("AGENTBOT_CONTEXT_CHARS", 300_000)),
-		DefaultBackend:     get("AGENTBOT_DEFAULT_BACKEND", "local"),
+		DefaultBackend:     get("AGENTBOT_DEFAULT_BACKEND", ""),
+		UnsafeLocal:        boolean("AGENTBOT_UNSAFE_LOCAL"),
 		DockerImage:        get("AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest"),
 		DockerNetwork:      get("AGENTBOT_DOCKER_NETWORK", "none"),
 		DockerMemory:       num("AGENTBOT_DOCKER_MEMORY_MB", 1024) << 20,
@@ -244,6 +284,7 @@ func Load(environ []string) (Config, error) {
 		AllowedChannels:    list(get("AGENTBOT_ALLOWED_CHANNELS", "")),
 		AllowedRoles:       list(get("AGENTBOT_ALLOWED_ROLES", "")),
 		Admins:             list(get("AGENTBOT_ADMINS", "")),
+		AllowEveryone:      boolean("AGENTBOT_ALLOW_EVERYONE"),
 	}
 	if s := get("AGENTBOT_DOCKER_CPUS", "1"); s != "" {
 		f, err := strconv.ParseFloat(s, 64)
@@ -259,12 +300,19 @@ func Load(environ []string) (Config, error) {
 			}
 		}
 	}
+	if c.DefaultBackend == "" {
+		c.DefaultBackend = c.defaultBackend()
+	}
 	c.BlobURL = get("AGENTBOT_BLOB_URL", "file://"+filepath.Join(c.StateDir, "blobs"))
 	c.LocalDir = get("AGENTBOT_LOCAL_DIR", filepath.Join(c.StateDir, "sandboxes"))
 	if err := c.LogLevel.UnmarshalText([]byte(get("AGENTBOT_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_LEVEL: %v", err))
 	}
-	for _, sec := range []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey} {
+	secrets := []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey}
+	for _, k := range SDKSecretVars {
+		secrets = append(secrets, get(k, ""))
+	}
+	for _, sec := range secrets {
 		if sec != "" {
 			c.Secrets = append(c.Secrets, sec)
 		}
@@ -296,7 +344,15 @@ func (c Config) Validate() error {
 	if c.ContextChars < 10_000 {
 		errs = append(errs, fmt.Errorf("context budget %d characters is too small (at least 10000)", c.ContextChars))
 	}
-	if len(c.Backends) > 0 && !slices.Contains(c.Backends, c.DefaultBackend) {
+	localOff := c.ChatPlatform() && !c.UnsafeLocal
+	switch {
+	case localOff && slices.Contains(c.Backends, localBackend):
+		errs = append(errs, fmt.Errorf("AGENTBOT_BACKENDS lists local, but the local backend is off while serving %s: %s; "+
+			"take local out of AGENTBOT_BACKENDS, or set AGENTBOT_UNSAFE_LOCAL=true to accept that", c.platforms(), localDanger))
+	case localOff && c.DefaultBackend == localBackend:
+		errs = append(errs, fmt.Errorf("AGENTBOT_DEFAULT_BACKEND=local, but the local backend is off while serving %s: %s; "+
+			"set AGENTBOT_DEFAULT_BACKEND to docker, e2b or daytona, or AGENTBOT_UNSAFE_LOCAL=true to accept that", c.platforms(), localDanger))
+	case len(c.Backends) > 0 && !slices.Contains(c.Backends, c.DefaultBackend):
 		errs = append(errs, fmt.Errorf("default backend %q is not among the enabled backends %v", c.DefaultBackend, c.Backends))
 	}
 	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
@@ -313,9 +369,94 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Enabled reports whether backend name may be registered.
+// localBackend and dockerBackend are the registry names of those backends.
+const (
+	localBackend  = "local"
+	dockerBackend = "docker"
+)
+
+// localDanger says why the local backend is off in chat.
+const localDanger = "it is NOT isolated and would give every allowed chat user a shell on this machine as this OS user"
+
+// Enabled reports whether backend name may be registered: it is among
+// Backends (or Backends is empty), and it is not the local backend while
+// serving a chat platform without UnsafeLocal.
 func (c Config) Enabled(name string) bool {
+	if name == localBackend && c.ChatPlatform() && !c.UnsafeLocal {
+		return false
+	}
 	return len(c.Backends) == 0 || slices.Contains(c.Backends, name)
+}
+
+// ChatPlatform reports whether a chat platform (Slack or Discord) is
+// configured: the bot serves it, the worker delivers to it.
+func (c Config) ChatPlatform() bool {
+	return c.SlackBotToken != "" || c.DiscordToken != ""
+}
+
+// platforms names the configured chat platforms, for messages.
+func (c Config) platforms() string {
+	switch {
+	case c.SlackBotToken != "" && c.DiscordToken != "":
+		return "Slack and Discord"
+	case c.DiscordToken != "":
+		return "Discord"
+	}
+	return "Slack"
+}
+
+// defaultBackend is the backend of new sessions when none is configured:
+// local when it is on, else docker when enabled, else the first enabled
+// backend; empty when none is left (Validate says why).
+func (c Config) defaultBackend() string {
+	switch {
+	case c.Enabled(localBackend):
+		return localBackend
+	case c.Enabled(dockerBackend):
+		return dockerBackend
+	}
+	for _, b := range c.Backends {
+		if c.Enabled(b) {
+			return b
+		}
+	}
+	return ""
+}
+
+// ValidateGateway checks what serving chat platforms needs beyond Validate:
+// an allowlist (users, channels or roles; admins alone are none), or
+// AllowEveryone. cmd/bot calls it before it serves Slack or Discord; the
+// worker does not, as it answers no one.
+func (c Config) ValidateGateway() error {
+	if !c.ChatPlatform() || c.AllowEveryone || c.hasAllowlist() {
+		return nil
+	}
+	return fmt.Errorf("serving %s with no allowlist would let everyone there use the bot and run commands in its sandboxes: "+
+		"set AGENTBOT_ALLOWED_USERS, AGENTBOT_ALLOWED_CHANNELS or AGENTBOT_ALLOWED_ROLES (comma-separated IDs), "+
+		"or AGENTBOT_ALLOW_EVERYONE=true to allow everyone", c.platforms())
+}
+
+func (c Config) hasAllowlist() bool {
+	return len(c.AllowedUsers)+len(c.AllowedChannels)+len(c.AllowedRoles) > 0
+}
+
+// Warnings returns what a start must say loudly: the unsafe settings in
+// effect. cmd/bot and cmd/worker log each at warn level.
+func (c Config) Warnings() []string {
+	if !c.ChatPlatform() {
+		return nil
+	}
+	var w []string
+	if c.UnsafeLocal && c.Enabled(localBackend) {
+		w = append(w, "UNSAFE: AGENTBOT_UNSAFE_LOCAL=true: the local backend is on while serving "+c.platforms()+
+			"; it is NOT isolated: every allowed chat user can run any command on this machine as this OS user, "+
+			"with its files, network and processes")
+	}
+	if c.AllowEveryone && !c.hasAllowlist() {
+		w = append(w, "UNSAFE: AGENTBOT_ALLOW_EVERYONE=true and no allowlist: everyone who can reach the bot on "+
+			c.platforms()+" can use it")
+	}
+	return w
 }
 
 func list(s string) []string {

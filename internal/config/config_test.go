@@ -26,8 +26,8 @@ func TestLoad(t *testing.T) {
 				t.Fatalf("%+v", c)
 			}
 		}},
-		{name: "secrets collected", env: []string{"OPENAI_API_KEY=sk-abcdef123"}, check: func(t *testing.T, c Config) {
-			if len(c.Secrets) != 1 || c.Secrets[0] != "sk-abcdef123" {
+		{name: "secrets collected", env: []string{"OPENAI_API_KEY=sk-abcdef123", "AWS_SECRET_ACCESS_KEY=aws-abc"}, check: func(t *testing.T, c Config) {
+			if len(c.Secrets) != 2 || c.Secrets[0] != "sk-abcdef123" || c.Secrets[1] != "aws-abc" {
 				t.Fatalf("secrets %v", c.Secrets)
 			}
 		}},
@@ -43,9 +43,58 @@ func TestLoad(t *testing.T) {
 		{name: "bad base url", env: []string{"OPENAI_BASE_URL=localhost:11434"}, wantErr: []string{"not an http(s) URL"}},
 		{name: "fake model", env: []string{"OPENAI_BASE_URL=fake"}},
 		{name: "relative state dir", env: []string{"AGENTBOT_STATE_DIR=state"}, wantErr: []string{"absolute"}},
-		{name: "default backend not enabled", env: []string{"AGENTBOT_BACKENDS=docker"}, wantErr: []string{`default backend "local"`}},
+		{name: "default backend not enabled", env: []string{"AGENTBOT_BACKENDS=docker", "AGENTBOT_DEFAULT_BACKEND=local"}, wantErr: []string{`default backend "local"`}},
+		{name: "default backend from the enabled ones", env: []string{"AGENTBOT_BACKENDS=daytona,docker"}, check: func(t *testing.T, c Config) {
+			if c.DefaultBackend != "docker" {
+				t.Fatalf("default %q, want docker", c.DefaultBackend)
+			}
+		}},
 		{name: "bad redis url", env: []string{"REDIS_URL=localhost:6379"}, wantErr: []string{"redis://"}},
 		{name: "bad log level", env: []string{"AGENTBOT_LOG_LEVEL=loud"}, wantErr: []string{"AGENTBOT_LOG_LEVEL"}},
+
+		// The local backend is a shell on this machine: on by default in
+		// the terminal, off while serving a chat platform unless asked for.
+		{name: "terminal: local on, no warning", check: func(t *testing.T, c Config) {
+			if c.ChatPlatform() || !c.Enabled("local") || !c.Enabled("docker") || c.DefaultBackend != "local" || len(c.Warnings()) != 0 {
+				t.Fatalf("chat %v, local %v, default %q, warnings %q", c.ChatPlatform(), c.Enabled("local"), c.DefaultBackend, c.Warnings())
+			}
+		}},
+		{name: "terminal: unsafe local changes nothing", env: []string{"AGENTBOT_UNSAFE_LOCAL=true"}, check: func(t *testing.T, c Config) {
+			if !c.Enabled("local") || c.DefaultBackend != "local" || len(c.Warnings()) != 0 {
+				t.Fatalf("local %v, default %q, warnings %q", c.Enabled("local"), c.DefaultBackend, c.Warnings())
+			}
+		}},
+		{name: "slack: local off, docker default", env: slack("AGENTBOT_ALLOWED_CHANNELS=C1"), check: func(t *testing.T, c Config) {
+			if !c.ChatPlatform() || c.Enabled("local") || !c.Enabled("docker") || c.DefaultBackend != "docker" {
+				t.Fatalf("chat %v, local %v, docker %v, default %q", c.ChatPlatform(), c.Enabled("local"), c.Enabled("docker"), c.DefaultBackend)
+			}
+		}},
+		{name: "discord: local off", env: []string{"DISCORD_TOKEN=d", "DISCORD_APP_ID=1", "AGENTBOT_ALLOWED_ROLES=R1"}, check: func(t *testing.T, c Config) {
+			if !c.ChatPlatform() || c.Enabled("local") || c.DefaultBackend != "docker" {
+				t.Fatalf("chat %v, local %v, default %q", c.ChatPlatform(), c.Enabled("local"), c.DefaultBackend)
+			}
+		}},
+		{name: "slack: default is the first enabled backend without docker", env: slack("AGENTBOT_BACKENDS=e2b,daytona"), check: func(t *testing.T, c Config) {
+			if c.Enabled("local") || c.DefaultBackend != "e2b" {
+				t.Fatalf("local %v, default %q", c.Enabled("local"), c.DefaultBackend)
+			}
+		}},
+		{name: "slack: unsafe local on, loudly", env: slack("AGENTBOT_UNSAFE_LOCAL=true"), check: func(t *testing.T, c Config) {
+			if !c.Enabled("local") || c.DefaultBackend != "local" {
+				t.Fatalf("local %v, default %q", c.Enabled("local"), c.DefaultBackend)
+			}
+			if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, "AGENTBOT_UNSAFE_LOCAL") || !strings.Contains(w, "NOT isolated") {
+				t.Fatalf("warnings %q", w)
+			}
+		}},
+		{name: "slack: local listed without the flag", env: slack("AGENTBOT_BACKENDS=local,docker"),
+			wantErr: []string{"AGENTBOT_BACKENDS lists local", "AGENTBOT_UNSAFE_LOCAL=true"}},
+		{name: "slack: local default without the flag", env: slack("AGENTBOT_DEFAULT_BACKEND=local"),
+			wantErr: []string{"AGENTBOT_DEFAULT_BACKEND=local", "AGENTBOT_UNSAFE_LOCAL=true"}},
+		{name: "slack: only local enabled without the flag", env: slack("AGENTBOT_BACKENDS=local"),
+			wantErr: []string{"AGENTBOT_UNSAFE_LOCAL=true"}},
+		{name: "unsafe local not a boolean", env: []string{"AGENTBOT_UNSAFE_LOCAL=yes"}, wantErr: []string{`AGENTBOT_UNSAFE_LOCAL="yes"`}},
+		{name: "allow everyone not a boolean", env: []string{"AGENTBOT_ALLOW_EVERYONE=1"}, wantErr: []string{`AGENTBOT_ALLOW_EVERYONE="1"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +105,61 @@ func TestLoad(t *testing.T) {
 				}
 				if tt.check != nil {
 					tt.check(t, c)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// slack returns a Slack configuration (Socket Mode) plus env.
+func slack(env ...string) []string {
+	return append([]string{"SLACK_BOT_TOKEN=xoxb-1", "SLACK_APP_TOKEN=xapp-1"}, env...)
+}
+
+// TestValidateGateway: serving a chat platform needs an allowlist, or the
+// explicit word that everyone in the workspace may use the bot.
+func TestValidateGateway(t *testing.T) {
+	discord := []string{"DISCORD_TOKEN=d", "DISCORD_APP_ID=1"}
+	tests := []struct {
+		name     string
+		env      []string
+		wantErr  []string
+		wantWarn string
+	}{
+		{name: "terminal needs no allowlist"},
+		{name: "slack, no allowlist", env: slack(),
+			wantErr: []string{"AGENTBOT_ALLOWED_USERS", "AGENTBOT_ALLOWED_CHANNELS", "AGENTBOT_ALLOWED_ROLES", "AGENTBOT_ALLOW_EVERYONE=true"}},
+		{name: "discord, no allowlist", env: discord, wantErr: []string{"AGENTBOT_ALLOW_EVERYONE=true"}},
+		{name: "admins are no allowlist", env: slack("AGENTBOT_ADMINS=U1"), wantErr: []string{"AGENTBOT_ALLOWED_USERS"}},
+		{name: "slack, users", env: slack("AGENTBOT_ALLOWED_USERS=U1")},
+		{name: "slack, channels", env: slack("AGENTBOT_ALLOWED_CHANNELS=C1")},
+		{name: "discord, roles", env: append(discord, "AGENTBOT_ALLOWED_ROLES=R1")},
+		{name: "slack, everyone on purpose", env: slack("AGENTBOT_ALLOW_EVERYONE=true"), wantWarn: "AGENTBOT_ALLOW_EVERYONE"},
+		{name: "everyone false is no allowlist", env: slack("AGENTBOT_ALLOW_EVERYONE=false"), wantErr: []string{"AGENTBOT_ALLOW_EVERYONE=true"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(append([]string{"HOME=/home/u"}, tt.env...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			warnings := strings.Join(c.Warnings(), "\n")
+			if (tt.wantWarn == "") != (warnings == "") || !strings.Contains(warnings, tt.wantWarn) {
+				t.Fatalf("warnings %q, want %q", warnings, tt.wantWarn)
+			}
+			err = c.ValidateGateway()
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
 				}
 				return
 			}

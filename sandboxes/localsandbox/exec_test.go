@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -97,6 +98,82 @@ func TestLocalExecEnv(t *testing.T) {
 			t.Fatalf("LANG|TERM = %q, %v; want C.UTF-8|dumb", out, err)
 		}
 	})
+}
+
+// The child process of TestLocalExecParentEnviron: set, they give it the
+// secret to hold in its environment block and the file to write the
+// commands' output to.
+const (
+	parentSecretEnv = "AGENTBOT_LOCALSANDBOX_TEST_PARENT_SECRET"
+	parentOutEnv    = "AGENTBOT_LOCALSANDBOX_TEST_PARENT_OUT"
+)
+
+// parentCommands read the environment block of a command's parent process,
+// as a user of the sandbox would look for the keys of the program running
+// it.
+var parentCommands = []string{
+	`cat /proc/$PPID/environ`,
+	`tr '\0' '\n' </proc/$PPID/environ`,
+}
+
+// TestLocalExecParentEnviron runs commands that read their parent's
+// /proc/<pid>/environ in a child process that was started with a secret in
+// its environment, as a worker started with its API keys is (t.Setenv
+// cannot stand in: it changes the Go runtime's copy of the environment, not
+// the block /proc shows). The parent of a command must be a process started
+// with the sandbox's environment only, never the program running the
+// backend. (That program's own environment block is cmd/*'s to keep clean:
+// see internal/secretenv.)
+func TestLocalExecParentEnviron(t *testing.T) {
+	if out := os.Getenv(parentOutEnv); out != "" {
+		parentEnvironChild(t, out)
+		return
+	}
+	secret := "sk-parent-" + randHex(12)
+	out := filepath.Join(t.TempDir(), "out")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLocalExecParentEnviron$", "-test.count=1")
+	cmd.Env = append(os.Environ(), parentSecretEnv+"="+secret, parentOutEnv+"="+out)
+	cmd.WaitDelay = 5 * time.Second
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, b)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outputs := strings.Split(string(data), "\x00--next--\x00")
+	if len(outputs) != len(parentCommands) {
+		t.Fatalf("%d outputs for %d commands:\n%q", len(outputs), len(parentCommands), data)
+	}
+	for i, got := range outputs {
+		if strings.Contains(got, secret) || strings.Contains(got, parentSecretEnv) {
+			t.Errorf("%s shows the secret of the process running the backend (%d bytes read)", parentCommands[i], len(got))
+		}
+		// The parent was read: it holds the sandbox's environment.
+		if !strings.Contains(got, MarkerEnv+"=") || !strings.Contains(got, "PATH="+defaultPath) {
+			t.Errorf("%s did not read a parent with the sandbox's environment: %q…", parentCommands[i], got[:min(len(got), 200)])
+		}
+	}
+}
+
+// parentEnvironChild runs parentCommands in a new sandbox and writes their
+// outputs to out, separated.
+func parentEnvironChild(t *testing.T, out string) {
+	b := newBackend(t)
+	inst := create(t, b, sandboxes.Spec{})
+	var all []string
+	for _, c := range parentCommands {
+		code, stdout, stderr, err := run(t, t.Context(), inst, sandboxes.ExecRequest{Command: c})
+		if err != nil || code != 0 {
+			t.Fatalf("%s: %d, %v, %s", c, code, err, stderr)
+		}
+		all = append(all, stdout)
+	}
+	if err := os.WriteFile(out, []byte(strings.Join(all, "\x00--next--\x00")), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestLocalExecExitCodes(t *testing.T) {

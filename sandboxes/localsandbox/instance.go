@@ -30,6 +30,15 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // the caller; it is read and discarded so that the job can go on writing.
 const waitDelay = 2 * time.Second
 
+// parentScript is what the shell that Exec starts runs: the command in a
+// second shell, waited for, then that shell's exit status. The command's
+// parent ($PPID) is then a shell started with the sandbox's environment
+// only, not the program running the backend, whose /proc/<pid>/environ a
+// process of the same user can read and which may have been started with
+// API keys and tokens in it. The "; exit $?" keeps the shell from exec'ing
+// into the command, as shells do with a last simple command.
+const parentScript = `"$0" -c "$1"; exit $?`
+
 // lingerPoll is how often a process group left running by a finished
 // command is checked, to forget it once it is gone.
 const lingerPoll = time.Second
@@ -135,7 +144,9 @@ func (t *tracker) usableLocked(id string) error {
 }
 
 // Exec runs req.Command with /bin/sh -c in the workspace (or req.Dir below
-// it, which must resolve inside the workspace, symbolic links included).
+// it, which must resolve inside the workspace, symbolic links included),
+// as the child of another /bin/sh that waits for it (see parentScript), so
+// that the command's parent holds nothing but the command's environment.
 //
 // The environment is exactly PATH (a standard default), HOME (the
 // workspace), LANG=C.UTF-8 and TERM=dumb, then the sandbox's Env, then
@@ -177,7 +188,7 @@ func (in *instance) Exec(ctx context.Context, req sandboxes.ExecRequest, stdout,
 	}
 
 	mark := marker(in.st.ID, randHex(8))
-	cmd := exec.CommandContext(ctx, shell, "-c", req.Command)
+	cmd := exec.CommandContext(ctx, shell, "-c", parentScript, shell, req.Command)
 	cmd.Dir = dir
 	cmd.Env = in.environ(req.Env, mark)
 	cmd.Stdout, cmd.Stderr = outW, errW

@@ -5,7 +5,11 @@
 // runs the program, and can read, change and reach whatever that user can:
 // files outside the workspace, the network, other processes. The only
 // protection is that commands never inherit the host's environment (so
-// secrets held in environment variables do not leak) and that the file
+// secrets held in environment variables do not leak), that a command's
+// parent process is a shell started with the command's environment rather
+// than the program running the backend (so $PPID's /proc/<pid>/environ
+// holds no secret either; keeping the program's own environment block
+// clean is its main's job, see internal/secretenv), and that the file
 // operations of the sandbox (ReadFile, WriteFile, Archive, Restore) never
 // leave the workspace, symbolic links included. Use it where the agent is
 // trusted as much as its user, such as the embedded development setup.
