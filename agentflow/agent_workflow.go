@@ -224,6 +224,14 @@ func (w *agent) validateReset(ctx workflow.Context, r ResetRequest) error { retu
 // an archive key of the session's (deleted only with the session) and the
 // session forgets it.
 func (w *agent) onReset(ctx workflow.Context, r ResetRequest) (ResetResult, error) {
+	res, err := w.reset(ctx)
+	if r.Notify {
+		w.notifyOutcome(ctx, err, fmt.Sprintf("Started a fresh conversation on the same workspace; the old one (%d turns) is kept for `export`.", res.Turns))
+	}
+	return res, err
+}
+
+func (w *agent) reset(ctx workflow.Context) (ResetResult, error) {
 	holder, err := w.acquire(ctx, "reset")
 	if err != nil {
 		return ResetResult{}, err
@@ -240,8 +248,33 @@ func (w *agent) onReset(ctx workflow.Context, r ResetRequest) (ResetResult, erro
 		}
 		res.Archived = dst
 	}
-	w.Transcript, w.Pending, w.Summaries, w.LastError = TranscriptRef{}, nil, nil, ""
+	// The summaries stay: export shows the turns before the reset too.
+	w.Transcript, w.Pending, w.LastError = TranscriptRef{}, nil, ""
 	return res, nil
+}
+
+// notifyOutcome posts the outcome of a control request that the gateway
+// answered on acceptance: ok when it worked, the error's sentence when it
+// did not. A session destroyed meanwhile says nothing more.
+func (w *agent) notifyOutcome(ctx workflow.Context, err error, ok string) {
+	text := ok
+	if err != nil {
+		if err.Error() == ErrDestroyedText {
+			return
+		}
+		text = capitalize(err.Error()) + "."
+	}
+	w.deliver(ctx, Outbound{Kind: OutboundNotice, Turn: w.Turn,
+		Key: w.workflowID + "/outcome/" + workflow.GetCurrentUpdateInfo(ctx).ID, Text: Text{Inline: text, Size: len(text)}})
+}
+
+// capitalize upper-cases the first letter of a sentence.
+func capitalize(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	if n == 0 {
+		return s
+	}
+	return string(unicode.ToUpper(r)) + s[n:]
 }
 
 func (w *agent) validateMessage(ctx workflow.Context, m MessageRequest) error {
@@ -557,6 +590,14 @@ func (w *agent) onStop(ctx workflow.Context, r StopRequest) (StopResult, error) 
 }
 
 func (w *agent) onPause(ctx workflow.Context, r PauseRequest) (SessionView, error) {
+	v, err := w.pause(ctx)
+	if r.Notify {
+		w.notifyOutcome(ctx, err, "Paused: the workspace is saved and the sandbox stopped. Write here to pick it up again.")
+	}
+	return v, err
+}
+
+func (w *agent) pause(ctx workflow.Context) (SessionView, error) {
 	holder, err := w.acquire(ctx, "pause")
 	if err != nil {
 		return w.view(), err
@@ -614,6 +655,14 @@ func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, 
 // onSwitch moves the session to another backend. A switch that arrives
 // during a turn waits for the turn to end.
 func (w *agent) onSwitch(ctx workflow.Context, r SwitchRequest) (SwitchResult, error) {
+	res, err := w.switchTo(ctx, r)
+	if r.Notify {
+		w.notifyOutcome(ctx, err, capitalize(res.Message)+".")
+	}
+	return res, err
+}
+
+func (w *agent) switchTo(ctx workflow.Context, r SwitchRequest) (SwitchResult, error) {
 	holder, err := w.acquire(ctx, "switch")
 	if err != nil {
 		return SwitchResult{}, err

@@ -268,6 +268,10 @@ type SwitchRequest struct {
 	Backend string `json:"backend"`
 	Root    string `json:"root,omitempty"`
 	By      string `json:"by,omitempty"`
+	// Notify asks the session to post the outcome to the thread: the
+	// gateway answers as soon as the request is accepted, the work may
+	// wait for the running turn (Client.Submit).
+	Notify bool `json:"notify,omitempty"`
 }
 
 // SwitchResult is the result of UpdateSwitch.
@@ -331,6 +335,8 @@ type StopResult struct {
 // PauseRequest is the argument of UpdatePause.
 type PauseRequest struct {
 	By string `json:"by,omitempty"`
+	// Notify: see SwitchRequest.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // DestroyRequest is the argument of UpdateDestroy.
@@ -341,6 +347,8 @@ type DestroyRequest struct {
 // ResetRequest is the argument of UpdateReset.
 type ResetRequest struct {
 	By string `json:"by,omitempty"`
+	// Notify: see SwitchRequest.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // ResetResult is the result of UpdateReset.
@@ -440,6 +448,9 @@ type ForkRequest struct {
 	// RequestID makes the fork idempotent: a repeated ID returns the first
 	// fork.
 	RequestID string `json:"request_id"`
+	// Notify asks the manager to post a failure to the source thread (a
+	// fork that works links itself in both threads).
+	Notify bool `json:"notify,omitempty"`
 }
 
 // ForkResult is the result of ManagerUpdateFork.

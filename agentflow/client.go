@@ -147,6 +147,59 @@ func (c *Client) update(ctx context.Context, threadKey, name string, arg, out an
 	return c.translate(h.Get(ctx, out))
 }
 
+// Submission says what became of a request handed over with Submit.
+type Submission int
+
+// Submissions.
+const (
+	// Accepted: the session took the request and works on it (it may wait
+	// for the running turn); it posts the outcome to the thread.
+	Accepted Submission = iota + 1
+	// Done: the request was carried out at once; its outcome is posted
+	// all the same.
+	Done
+)
+
+// Submit hands a control request to the session of threadKey (update name
+// with arg, whose Notify the caller sets) and returns as soon as the
+// session has accepted it — never waiting for a turn, so that a chat
+// handler answers within the platform's time. A refusal (a validator's, or
+// a destroyed session) is an error as with the blocking calls. id makes the
+// request idempotent: a platform retry of the same event is the same
+// update.
+func (c *Client) Submit(ctx context.Context, threadKey, name, id string, arg any) (Submission, error) {
+	return c.submit(ctx, AgentWorkflowID(threadKey), name, id, arg)
+}
+
+// SubmitFork is Submit for a fork, handed to the tenant's session manager.
+func (c *Client) SubmitFork(ctx context.Context, r ForkRequest) (Submission, error) {
+	return c.submit(ctx, ManagerWorkflowID(r.SourceThread), ManagerUpdateFork, "fork/"+r.RequestID, r)
+}
+
+func (c *Client) submit(ctx context.Context, workflowID, name, id string, arg any) (Submission, error) {
+	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflowID, UpdateName: name, UpdateID: id, Args: []any{arg},
+		WaitForStage: client.WorkflowUpdateStageAccepted,
+	})
+	if err != nil {
+		return 0, c.translate(err)
+	}
+	// A rejected update, or one that finished within the same workflow
+	// task, comes back already decided: its Get answers without asking
+	// the server, so a cancelled context tells the two cases apart.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	err = h.Get(done, nil)
+	var waiting *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	switch {
+	case err == nil:
+		return Done, nil
+	case (errors.Is(err, context.Canceled) || errors.As(err, &waiting)) && ctx.Err() == nil:
+		return Accepted, nil
+	}
+	return 0, c.translate(err)
+}
+
 // Switch moves the session to another backend; the workspace comes along.
 // A switch during a turn waits for the turn to end.
 func (c *Client) Switch(ctx context.Context, threadKey string, r SwitchRequest) (SwitchResult, error) {

@@ -234,7 +234,17 @@ func (m *manager) fork(ctx workflow.Context, r ForkRequest) (ForkResult, error) 
 		if s := m.find(r.SourceThread); s != nil && number > 0 {
 			s.Forks--
 		}
-		return res, fmt.Errorf("fork failed: %s", userError(err))
+		failure := fmt.Errorf("fork failed: %s", userError(err))
+		if r.Notify {
+			// The gateway answered on acceptance; tell the thread.
+			text := capitalize(failure.Error()) + "."
+			n := Outbound{Thread: r.SourceThread, Kind: OutboundNotice, Key: AgentWorkflowID(r.SourceThread) + "/fork-failed/" + r.RequestID,
+				Text: Text{Inline: text, Size: len(text)}}
+			if derr := workflow.ExecuteActivity(deliverCtx(ctx), a.Deliver, n).Get(ctx, nil); derr != nil {
+				workflow.GetLogger(ctx).Warn("telling the thread that a fork failed", "error", derr)
+			}
+		}
+		return res, failure
 	}
 	if m.find(res.ThreadKey) == nil {
 		m.Sessions = append(m.Sessions, SessionEntry{

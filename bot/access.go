@@ -56,7 +56,7 @@ func (a Access) CanControl(user, requester string) bool {
 // enforces it (every control request carries who asks).
 func Controls(v Verb) bool {
 	switch v {
-	case VerbSwitch, VerbTitle, VerbStop, VerbDone, VerbDestroy, VerbFork, VerbExport:
+	case VerbSwitch, VerbTitle, VerbStop, VerbDone, VerbDestroy, VerbFork, VerbExport, VerbReset:
 		return true
 	}
 	return false

@@ -20,6 +20,7 @@ const (
 	VerbStop     Verb = "stop"     // stop: cancel the running turn
 	VerbDone     Verb = "done"     // done: pause the session, keep it
 	VerbDestroy  Verb = "destroy"  // destroy: end the session for good
+	VerbReset    Verb = "reset"    // reset: a fresh conversation, same workspace
 	VerbStatus   Verb = "status"   // status
 	VerbList     Verb = "list"     // list
 	VerbBackends Verb = "backends" // backends
@@ -35,7 +36,7 @@ const MaxTitleRunes = 100
 const AgentTrigger = "!agent"
 
 var verbs = []Verb{
-	VerbNew, VerbSwitch, VerbFork, VerbTitle, VerbStop, VerbDone, VerbDestroy,
+	VerbNew, VerbSwitch, VerbFork, VerbTitle, VerbStop, VerbDone, VerbDestroy, VerbReset,
 	VerbStatus, VerbList, VerbBackends, VerbExport, VerbHelp,
 }
 
@@ -47,6 +48,7 @@ var synopses = map[Verb]string{
 	VerbStop:     "stop",
 	VerbDone:     "done",
 	VerbDestroy:  "destroy",
+	VerbReset:    "reset",
 	VerbStatus:   "status",
 	VerbList:     "list",
 	VerbBackends: "backends",
@@ -62,6 +64,7 @@ var descriptions = map[Verb]string{
 	VerbStop:     "cancel the turn that is running",
 	VerbDone:     "pause this session and keep it for later",
 	VerbDestroy:  "end this session and delete its sandbox",
+	VerbReset:    "start a fresh conversation on the same workspace (the old one is kept for export)",
 	VerbStatus:   "show this session's title, backend and what it is doing",
 	VerbList:     "list the sessions here",
 	VerbBackends: "list the sandbox backends available",

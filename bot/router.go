@@ -264,21 +264,33 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 		}
 		r.remember(ctx, target, entryOf(v))
 		return &Response{Text: fmt.Sprintf("Session *%s* on `%s`. Tell me what to do.", v.Title, v.Backend), Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
+	// Switch, fork, done and reset wait for the running turn, which may
+	// take far longer than a platform gives a handler: they are answered
+	// as soon as the session accepted them, and the session posts how
+	// they went in the thread.
 	case VerbSwitch:
-		res, err := cl.Switch(ctx, thread, agentflow.SwitchRequest{Backend: cmd.Backend, Root: cmd.Root, By: ev.User})
+		sub, err := cl.Submit(ctx, thread, agentflow.UpdateSwitch, requestID(ev, "switch"),
+			agentflow.SwitchRequest{Backend: cmd.Backend, Root: cmd.Root, By: ev.User, Notify: true})
 		if err != nil {
 			return nil, err
 		}
 		r.forget(ctx, thread)
-		return &Response{Text: capitalize(res.Message) + "."}, nil
+		return accepted(sub, fmt.Sprintf("Switching to `%s` after the current turn, if one is running; I'll say here when it's done.", cmd.Backend)), nil
 	case VerbFork:
-		res, err := cl.Fork(ctx, agentflow.ForkRequest{SourceThread: thread, Backend: cmd.Backend, Title: cmd.Title,
-			Requester: ev.User, RequestID: forkRequestID(ev)})
+		sub, err := cl.SubmitFork(ctx, agentflow.ForkRequest{SourceThread: thread, Backend: cmd.Backend, Title: cmd.Title,
+			Requester: ev.User, RequestID: forkRequestID(ev), Notify: true})
 		if err != nil {
 			return nil, err
 		}
-		r.found(ctx, res.ThreadKey)
-		return nil, nil // the fork links itself in both threads
+		// The fork links itself in both threads.
+		return accepted(sub, "Forking after the current turn, if one is running; the new thread will be linked here."), nil
+	case VerbReset:
+		sub, err := cl.Submit(ctx, thread, agentflow.UpdateReset, requestID(ev, "reset"),
+			agentflow.ResetRequest{By: ev.User, Notify: true})
+		if err != nil {
+			return nil, err
+		}
+		return accepted(sub, "Starting a fresh conversation after the current turn, if one is running."), nil
 	case VerbTitle:
 		v, err := cl.Title(ctx, thread, agentflow.TitleRequest{Title: cmd.Title, By: ev.User})
 		if err != nil {
@@ -296,11 +308,12 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 		}
 		return &Response{Text: fmt.Sprintf("Stopped turn %d.", res.Turn)}, nil
 	case VerbDone:
-		v, err := cl.Pause(ctx, thread, agentflow.PauseRequest{By: ev.User})
+		sub, err := cl.Submit(ctx, thread, agentflow.UpdatePause, requestID(ev, "pause"),
+			agentflow.PauseRequest{By: ev.User, Notify: true})
 		if err != nil {
 			return nil, err
 		}
-		return &Response{Text: "Paused: the workspace is saved and the sandbox stopped. Write here to pick it up again.", Session: &v}, nil
+		return accepted(sub, "Pausing after the current turn, if one is running; I'll say here when the workspace is saved."), nil
 	case VerbDestroy:
 		if _, err := cl.Destroy(ctx, thread, agentflow.DestroyRequest{By: ev.User}); err != nil {
 			return nil, err
@@ -331,6 +344,22 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 		return &Response{Text: exportText(t)}, nil
 	}
 	return nil, fmt.Errorf("unknown command %q", cmd.Verb)
+}
+
+// accepted answers a submitted control request: what will happen, when the
+// session is still at it; nothing when it was done at once (the session
+// posts the outcome either way).
+func accepted(sub agentflow.Submission, pending string) *Response {
+	if sub == agentflow.Done {
+		return nil
+	}
+	return &Response{Text: pending}
+}
+
+// requestID names a control request after the platform event that carried
+// it, so that a retried delivery is the same request.
+func requestID(ev Event, verb string) string {
+	return verb + "/" + forkRequestID(ev)
 }
 
 // forkRequestID makes a fork idempotent per platform event: a retried
