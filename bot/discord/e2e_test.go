@@ -89,11 +89,12 @@ func TestDiscordEndToEnd(t *testing.T) {
 	fd.UserMessage(ch, "1001", "sh: cat notes.txt", nil)
 	waitBot(ch, "hello from discord")
 
-	// /agent switch docker moves it.
+	// /agent switch docker moves it: the interaction is answered when the
+	// session accepted it, the outcome comes as a message.
 	fd.SlashCommand(ch, "1001", nil, "agent", fakediscord.SubCommand("switch", fakediscord.StringOption("backend", "docker")))
 	if err := fd.WaitFor(ctx, func(s *fakediscord.Server) bool {
 		for _, r := range s.InteractionResponses() {
-			if strings.Contains(string(r.Body), "Switched local") {
+			if strings.Contains(string(r.Body), "Switching to `docker`") {
 				return true
 			}
 		}
@@ -101,6 +102,7 @@ func TestDiscordEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no answer to /agent switch: %+v", fd.InteractionResponses())
 	}
+	waitBot(ch, "Switched local → docker")
 	fd.UserMessage(ch, "1001", "sh: cat notes.txt; test -f /.dockerenv && echo in-a-container", nil)
 	waitBot(ch, "in-a-container")
 
