@@ -56,7 +56,9 @@ type agent struct {
 	progressSending string
 	outbox          []Outbound
 	sending         bool
-	logger          log
+	// carried says this run continued an earlier one.
+	carried bool
+	logger  log
 }
 
 // sessionLock is the session's one lock. It knows its holder, so a release
@@ -100,6 +102,7 @@ func newAgent(ctx workflow.Context, in AgentInput) *agent {
 	w.logger = workflow.GetLogger(ctx)
 	if in.Carry != nil {
 		w.AgentState = *in.Carry
+		w.carried = true
 		return w
 	}
 	w.ThreadKey = in.ThreadKey
@@ -357,6 +360,9 @@ func (w *agent) run(ctx workflow.Context) error {
 	w.startOutbox(ctx)
 	if !w.Registered {
 		w.registerSession(ctx)
+	} else if w.carried {
+		// A new run: its memo must say what the state says.
+		w.upsertMemo(ctx)
 	}
 	work := func() bool { return w.Destroyed || w.turnReady() }
 	for {
@@ -821,8 +827,22 @@ func (w *agent) registryStatus() SessionStatus {
 // manager keeps the newest entry). Whether a session exists is a fact of
 // Temporal (its workflow), not of the registry.
 func (w *agent) report(ctx workflow.Context, update string) error {
+	w.upsertMemo(ctx)
 	var a *Activities
 	return workflow.ExecuteActivity(reportCtx(ctx), a.Report, ReportInput{Update: update, Entry: w.entry()}).Get(ctx, nil)
+}
+
+// upsertMemo keeps the session's registry entry in its own memo, where
+// Client.List finds it through Temporal's visibility: the list of a tenant
+// does not depend on the manager (which carries a bounded window) nor on a
+// report getting through.
+func (w *agent) upsertMemo(ctx workflow.Context) {
+	if workflow.GetVersion(ctx, changeRegistryMemo, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	if err := workflow.UpsertMemo(ctx, map[string]any{MemoSession: w.entry()}); err != nil {
+		w.logger.Warn("recording the session in its memo failed", "error", err)
+	}
 }
 
 // registerSession reports the session to its manager; Registered says the

@@ -495,4 +495,11 @@ const (
 	// are sent by a coroutine each, so none waits for another; an answer
 	// that the chat refuses for good is kept (AgentState.Undelivered).
 	changeOutboxLanes = "outbox-lanes"
+	// changeRegistryMemo: the session keeps its registry entry in its
+	// memo (MemoSession), for Client.List.
+	changeRegistryMemo = "registry-memo"
 )
+
+// MemoSession is the memo field of an AgentWorkflow that holds its
+// SessionEntry.
+const MemoSession = "session"

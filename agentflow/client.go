@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -276,14 +279,60 @@ func (c *Client) Transcript(ctx context.Context, threadKey, by string) ([]TurnSu
 	return t, err
 }
 
-// List returns the sessions of the tenant that threadKey belongs to.
+// MaxList bounds what List returns.
+const MaxList = 1000
+
+// List returns the sessions of the tenant that threadKey belongs to, oldest
+// first, at most MaxList of them (the newest). It reads Temporal's
+// visibility: each session keeps its registry entry in its memo
+// (MemoSession), so the list depends neither on the session manager's state
+// (a bounded window) nor on its reports. A session that ended is listed as
+// destroyed. Visibility lags the sessions by a moment.
 func (c *Client) List(ctx context.Context, threadKey string) ([]SessionEntry, error) {
-	var l []SessionEntry
-	err := c.query(ctx, ManagerWorkflowID(threadKey), ManagerQueryList, &l)
-	if errors.Is(err, ErrNoSession) {
-		return nil, nil
+	platform, tenant := Tenant(threadKey)
+	prefix := AgentWorkflowID(platform + ":" + tenant + ":")
+	if platform == "term" {
+		prefix = AgentWorkflowID("term:")
 	}
-	return l, err
+	query := fmt.Sprintf("WorkflowType = '%s' AND WorkflowId STARTS_WITH '%s'", AgentWorkflowName, strings.ReplaceAll(prefix, "'", "''"))
+	var out []SessionEntry
+	seen := map[string]bool{}
+	var token []byte
+	for {
+		resp, err := c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 200})
+		if err != nil {
+			return nil, fmt.Errorf("listing the sessions: %w", err)
+		}
+		for _, ex := range resp.Executions {
+			id := ex.GetExecution().GetWorkflowId()
+			if seen[id] { // one entry per session: its newest run comes first
+				continue
+			}
+			seen[id] = true
+			e := SessionEntry{ThreadKey: strings.TrimPrefix(id, "agent/"), WorkflowID: id, Status: StatusIdle}
+			if f := ex.GetMemo().GetFields()[MemoSession]; f != nil {
+				if err := converter.GetDefaultDataConverter().FromPayload(f, &e); err != nil {
+					return nil, fmt.Errorf("reading the memo of %s: %w", id, err)
+				}
+			}
+			if e.Created.IsZero() {
+				e.Created = ex.GetStartTime().AsTime()
+			}
+			if st := ex.GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && st != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+				e.Status = StatusDestroyed
+			}
+			out = append(out, e)
+		}
+		token = resp.NextPageToken
+		if len(token) == 0 || len(out) >= 2*MaxList {
+			break
+		}
+	}
+	slices.SortStableFunc(out, func(a, b SessionEntry) int { return a.Created.Compare(b.Created) })
+	if len(out) > MaxList {
+		out = out[len(out)-MaxList:]
+	}
+	return out, nil
 }
 
 // Presence is whether a thread has a session, as Temporal knows it.
