@@ -165,7 +165,10 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		Chat: chat, Temporal: tc, Logger: logger, ContextChars: cfg.ContextChars,
 		Secrets: cfg.Secrets,
 	}
-	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{})
+	// On Stop the worker stops polling at once and lets what runs finish
+	// within the drain period: a deploy does not cancel a shell command
+	// (which is never run twice) nor a model call.
+	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{WorkerStopTimeout: cfg.DrainTimeout})
 	Register(wk.w, acts)
 	ok = true
 	return wk, nil

@@ -74,6 +74,9 @@ type Config struct {
 	MaxSteps    int
 	IdleTimeout time.Duration
 	ToolTimeout time.Duration
+	// DrainTimeout is how long a stopping worker lets running activities
+	// (a shell command, a model call) finish before it cancels them.
+	DrainTimeout time.Duration
 
 	// RedisURL, when set, caches thread lookups and de-duplicates events
 	// in Redis; empty means in memory.
@@ -150,6 +153,7 @@ var Vars = []Var{
 	{"AGENTBOT_MAX_STEPS", "24", "model calls per turn"},
 	{"AGENTBOT_IDLE_TIMEOUT", "30m", "idle time before a sandbox is snapshotted and stopped"},
 	{"AGENTBOT_TOOL_TIMEOUT", "2m", "default time limit of a shell command"},
+	{"AGENTBOT_DRAIN_TIMEOUT", "5m", "on SIGTERM, how long the worker lets running commands and model calls finish before it cancels them (match the pod's terminationGracePeriodSeconds)"},
 	{"REDIS_URL", "(empty: in memory)", "Redis for the thread cache and event de-duplication"},
 	{"SLACK_BOT_TOKEN", "", "Slack bot token (xoxb-…; secret); set to serve Slack"},
 	{"SLACK_APP_TOKEN", "", "Slack app-level token (xapp-…; secret): Socket Mode, no public URL needed"},
@@ -269,6 +273,7 @@ func Load(environ []string) (Config, error) {
 		MaxSteps:           int(num("AGENTBOT_MAX_STEPS", 24)),
 		IdleTimeout:        dur("AGENTBOT_IDLE_TIMEOUT", 30*time.Minute),
 		ToolTimeout:        dur("AGENTBOT_TOOL_TIMEOUT", 2*time.Minute),
+		DrainTimeout:       dur("AGENTBOT_DRAIN_TIMEOUT", 5*time.Minute),
 		RedisURL:           get("REDIS_URL", ""),
 		SlackBotToken:      get("SLACK_BOT_TOKEN", ""),
 		SlackAppToken:      get("SLACK_APP_TOKEN", ""),
