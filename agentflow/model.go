@@ -2,9 +2,14 @@ package agentflow
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/agentbot/agentbot/agentflow/llm"
 	"github.com/agentbot/agentbot/store"
@@ -18,6 +23,11 @@ const DefaultContextChars = 300_000
 // ones (a big write_file) go to the blob store.
 const maxInlineArgs = 16 << 10
 
+// maxFitAttempts bounds the model calls of one ModelStep after the endpoint
+// said the conversation does not fit its context window: each sends a
+// harder compacted conversation (see fit).
+const maxFitAttempts = 6
+
 // ModelStep appends in.Append to the session's transcript, asks the model
 // for the next step, records its reply as a new transcript version and
 // returns the tool calls to run or the final answer. Permanent model errors
@@ -26,6 +36,15 @@ const maxInlineArgs = 16 << 10
 // reply before it is recorded, so neither the transcript nor the tool calls
 // and answer returned to the workflow hold one; a command the model writes
 // with a secret in it runs with the placeholder instead.
+//
+// The IDs of the reply's tool calls are the session's, not the endpoint's
+// (see callID): endpoints may reuse IDs (a server numbering its calls from
+// 1 since it started, a switch to another endpoint), and a conversation
+// that holds an ID twice is refused by every API for good.
+//
+// When the endpoint says the conversation is too long for the model
+// (llm.ErrContextLength), ModelStep compacts it harder and asks again,
+// within this call (see fit); the transcript itself keeps everything.
 func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res ModelStepResult, err error) {
 	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
@@ -43,17 +62,10 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 	// The whole transcript, not only what is new: a secret added to the
 	// worker's list later is gone from older turns too.
 	rd.Walk(&msgs)
-	req := llm.Request{
-		Model:    a.ModelName,
-		Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: systemPrompt(in.Backend, in.Root)}}, compact(msgs, a.contextChars())...),
-	}
-	if !in.FinalOnly {
-		req.Tools = Tools
-	} else {
-		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleSystem,
-			Content: "This is the last step of the turn: answer now, without tools."})
-	}
-	resp, err := a.Model.Complete(ctx, req)
+	// Transcripts written before the session chose its own IDs may hold an
+	// endpoint's ID twice; renaming the later one heals them.
+	taken := uniqueCallIDs(msgs)
+	resp, err := a.complete(ctx, in, msgs)
 	if err != nil {
 		if llm.IsPermanent(err) {
 			return ModelStepResult{}, permanent(err.Error(), err)
@@ -70,6 +82,10 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 		if reply.Content == "" {
 			reply.Content = "(I wanted to run more tools, but this turn reached its step limit.)"
 		}
+	}
+	reply.ToolCalls = slices.Clone(reply.ToolCalls)
+	for i := range reply.ToolCalls {
+		reply.ToolCalls[i].ID = callID(taken, in, i)
 	}
 	msgs = append(msgs, reply)
 
@@ -118,6 +134,168 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 	return out, nil
 }
 
+// complete asks the model for the next message of msgs, compacted to the
+// context budget (Activities.ContextChars). When the endpoint answers that
+// it does not fit the model's context window (the budget is larger than
+// the model's window), it asks again with the conversation compacted
+// harder, each time smaller, up to maxFitAttempts times; only then is the
+// error returned. Every attempt keeps each tool call with its result.
+func (a *Activities) complete(ctx context.Context, in ModelStepInput, msgs []llm.Message) (llm.Response, error) {
+	budget := a.contextChars()
+	convo := compact(msgs, budget)
+	if size(convo) > budget {
+		// The current turn alone is over the budget, which says what the
+		// model takes: cut it now rather than after a refusal.
+		convo = fit(msgs, budget)
+	}
+	for attempt := 1; ; attempt++ {
+		req := a.request(in, convo)
+		resp, err := a.Model.Complete(ctx, req)
+		if err == nil || !errors.Is(err, llm.ErrContextLength) || attempt > maxFitAttempts {
+			return resp, err
+		}
+		sent := size(convo)
+		budget = smallerBudget(err, sent, requestSize(req)-sent)
+		next := fit(msgs, budget)
+		if size(next) >= sent {
+			// Nothing left to cut: the error stands.
+			return resp, err
+		}
+		a.log().Info("the conversation does not fit the model's context; compacting it harder",
+			"workflow_id", in.SessionID, "turn", in.Turn, "step", in.Step,
+			"attempt", attempt, "sent_chars", sent, "budget_chars", budget, "error", err)
+		convo = next
+	}
+}
+
+// request builds the model call of a step for the (compacted) conversation
+// convo.
+func (a *Activities) request(in ModelStepInput, convo []llm.Message) llm.Request {
+	req := llm.Request{
+		Model:    a.ModelName,
+		Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: systemPrompt(in.Backend, in.Root)}}, convo...),
+	}
+	if !in.FinalOnly {
+		req.Tools = Tools
+	} else {
+		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleSystem,
+			Content: "This is the last step of the turn: answer now, without tools."})
+	}
+	return req
+}
+
+// requestSize estimates a request's size in characters, tool definitions
+// included: the endpoint counts them against the context window too.
+func requestSize(req llm.Request) int {
+	n := size(req.Messages)
+	if len(req.Tools) > 0 {
+		b, _ := json.Marshal(req.Tools)
+		n += len(b)
+	}
+	return n
+}
+
+// smallerBudget returns the character budget for the conversation after a
+// request whose conversation had sent characters (and overhead more: the
+// system prompt, the tools) did not fit. When the endpoint said its window
+// and the request's size in tokens, the budget is aimed just under the
+// window, assuming the same characters per token; otherwise it is half of
+// what was sent. Either way it is less than sent.
+func smallerBudget(err error, sent, overhead int) int {
+	budget := sent / 2
+	var apiErr *llm.APIError
+	if errors.As(err, &apiErr) && apiErr.ContextTokens > 0 && apiErr.RequestTokens > apiErr.ContextTokens {
+		total := float64(sent + overhead)
+		fits := total * float64(apiErr.ContextTokens) / float64(apiErr.RequestTokens)
+		// 10% to spare: characters per token differ from one message
+		// to another.
+		if b := int(fits*0.9) - overhead; b > 0 {
+			budget = b
+		}
+	}
+	return min(budget, sent*9/10)
+}
+
+// callID returns the ID of the i-th tool call of the reply of step
+// in.Step of turn in.Turn, unique in the session's transcript by
+// construction: a tag of the session (a fork starts numbering its turns
+// again with a copy of its source's transcript), the turn, the step and
+// the index, with a suffix in the unlikely case that the transcript holds
+// it already (an endpoint's ID of that form). taken holds the IDs of the
+// transcript; the new one is added. The same step of the same transcript
+// gives the same IDs, so a retried ModelStep returns what the first
+// attempt recorded. Letters, digits and '_' only, at most 40 characters,
+// which every OpenAI-compatible API takes.
+func callID(taken map[string]bool, in ModelStepInput, i int) string {
+	base := fmt.Sprintf("call_%s_t%ds%dc%d", sessionTag(in.SessionID), in.Turn, in.Step, i)
+	id := base
+	for n := 2; taken[id]; n++ {
+		id = base + "_" + strconv.Itoa(n)
+	}
+	taken[id] = true
+	return id
+}
+
+// sessionTag is a short, stable tag of a session ID: six letters and
+// digits.
+func sessionTag(sessionID string) string {
+	sum := sha256.Sum256([]byte(sessionID))
+	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:])[:6])
+}
+
+// uniqueCallIDs renames, in place, every tool call whose ID an earlier call
+// of msgs already has, and the tool results answering it (the results that
+// follow its assistant message, in order), so that no ID appears twice. It
+// returns every tool-call ID of msgs after that. A transcript written by
+// the session itself never needs it (see callID); one written before
+// ModelStep chose the IDs may.
+func uniqueCallIDs(msgs []llm.Message) map[string]bool {
+	taken := map[string]bool{}
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			taken[c.ID] = true
+		}
+		if m.ToolCallID != "" {
+			taken[m.ToolCallID] = true
+		}
+	}
+	seen := map[string]bool{}
+	for i := range msgs {
+		if len(msgs[i].ToolCalls) == 0 {
+			continue
+		}
+		calls := slices.Clone(msgs[i].ToolCalls)
+		renamed := map[string][]string{} // old ID -> the IDs of its calls here, in order
+		changed := false
+		for j := range calls {
+			old := calls[j].ID
+			if seen[old] {
+				id := fmt.Sprintf("%s_m%d", old, i)
+				for n := 2; taken[id]; n++ {
+					id = fmt.Sprintf("%s_m%d_%d", old, i, n)
+				}
+				taken[id] = true
+				calls[j].ID = id
+				changed = true
+			}
+			seen[calls[j].ID] = true
+			renamed[old] = append(renamed[old], calls[j].ID)
+		}
+		if !changed {
+			continue
+		}
+		msgs[i].ToolCalls = calls
+		for k := i + 1; k < len(msgs) && msgs[k].Role == llm.RoleTool; k++ {
+			old := msgs[k].ToolCallID
+			if ids := renamed[old]; len(ids) > 0 {
+				msgs[k].ToolCallID = ids[0]
+				renamed[old] = ids[1:]
+			}
+		}
+	}
+	return taken
+}
+
 func (a *Activities) contextChars() int {
 	if a.ContextChars > 0 {
 		return a.ContextChars
@@ -133,23 +311,12 @@ Use the tools: shell runs a command, read_file and write_file read and write fil
 // compact keeps the newest messages within budget characters, cutting only
 // before a user message so that tool calls and their results stay
 // together, and says how many were left out. The newest user message and
-// what follows it are always kept.
+// what follows it are always kept (fit goes further).
 func compact(msgs []llm.Message, budget int) []llm.Message {
-	size := 0
-	for _, m := range msgs {
-		size += msgSize(m)
-	}
-	if size <= budget {
+	if size(msgs) <= budget {
 		return msgs
 	}
-	lastUser := -1
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == llm.RoleUser {
-			lastUser = i
-			break
-		}
-	}
-	cutAt := lastUser
+	cutAt := lastUser(msgs)
 	total := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
 		total += msgSize(msgs[i])
@@ -166,6 +333,172 @@ func compact(msgs []llm.Message, budget int) []llm.Message {
 	note := llm.Message{Role: llm.RoleSystem,
 		Content: fmt.Sprintf("(%d earlier messages of this conversation are left out to fit the context.)", cutAt)}
 	return append([]llm.Message{note}, msgs[cutAt:]...)
+}
+
+// How much of a tool output (or of a long string in a tool call's
+// arguments) fit keeps, head and tail, with the cut said.
+const (
+	// oldOutputKeep is for the turns before the current one: the model
+	// has already acted on them, and the whole outputs are in files.
+	oldOutputKeep = 2 << 10
+	// minOutputKeep is the least kept of one in the current turn.
+	minOutputKeep = 512
+)
+
+// cutWhere completes the note of a cut made to fit the context.
+const cutWhere = " to fit the model's context"
+
+// fit returns msgs (not changed) compacted to budget characters, for a
+// model whose context window proved smaller than the usual budget. It goes
+// step by step, stopping as soon as the conversation fits:
+//
+//  1. tool outputs and long tool-call arguments of earlier turns are cut to
+//     oldOutputKeep (head and tail kept, the cut said);
+//  2. earlier turns are left out, oldest first (compact);
+//  3. tool outputs and long arguments of the current turn are cut to an
+//     equal share of what is left, at least minOutputKeep;
+//  4. the current turn's earliest steps (an assistant message and its
+//     tool results) are left out, the last one kept, and a note says so;
+//     then the user's message itself is cut.
+//
+// Nothing ever separates a tool call from its result: a cut shortens a
+// text, and whatever is left out is whole turns or whole steps. The result
+// may still exceed budget when even step 4 cannot reach it.
+func fit(msgs []llm.Message, budget int) []llm.Message {
+	out := cloneMessages(msgs)
+	if size(out) <= budget {
+		return out
+	}
+	// 1.
+	cur := lastUser(out)
+	for i := range out[:max(cur, 0)] {
+		shorten(&out[i], oldOutputKeep)
+	}
+	if size(out) <= budget {
+		return out
+	}
+	// 2.
+	out = compact(out, budget)
+	if size(out) <= budget {
+		return out
+	}
+	// 3.
+	cur = lastUser(out)
+	long, n := 0, 0
+	for _, m := range out[cur+1:] {
+		if m.Role == llm.RoleTool {
+			long += len(m.Content)
+			n++
+		}
+		for _, c := range m.ToolCalls {
+			long += len(c.Arguments)
+			n++
+		}
+	}
+	if n > 0 {
+		keep := max((budget-(size(out)-long))/n, minOutputKeep)
+		for i := range out[cur+1:] {
+			shorten(&out[cur+1+i], keep)
+		}
+	}
+	if size(out) <= budget {
+		return out
+	}
+	// 4. Tool results first after the user's message (or first of all,
+	// in a transcript without one) would answer a call in head: they
+	// stay with it.
+	start := cur + 1
+	for start < len(out) && out[start].Role == llm.RoleTool {
+		start++
+	}
+	head := out[:start]
+	var steps [][]llm.Message // the rest of the current turn, by step
+	for _, m := range out[start:] {
+		if m.Role != llm.RoleTool || len(steps) == 0 {
+			steps = append(steps, nil)
+		}
+		steps[len(steps)-1] = append(steps[len(steps)-1], m)
+	}
+	dropped := 0
+	for len(steps) > 1 && size(head)+size(slices.Concat(steps...)) > budget {
+		dropped += len(steps[0])
+		steps = steps[1:]
+	}
+	if dropped > 0 {
+		note := llm.Message{Role: llm.RoleSystem, Content: fmt.Sprintf(
+			"(%d earlier messages of this turn, your tool calls and their results, are left out to fit the context; the calls ran.)", dropped)}
+		head = append(slices.Clone(head), note)
+	}
+	out = append(head, slices.Concat(steps...)...)
+	if over := size(out) - budget; over > 0 && cur >= 0 {
+		out[cur].Content = capText(out[cur].Content, max(len(out[cur].Content)-over, minOutputKeep), cutWhere)
+	}
+	return out
+}
+
+// shorten cuts, in place, a tool message's output and the long strings in
+// a message's tool-call arguments to keep bytes each. m's ToolCalls must be
+// its own (see cloneMessages).
+func shorten(m *llm.Message, keep int) {
+	if m.Role == llm.RoleTool && len(m.Content) > keep {
+		m.Content = capText(m.Content, keep, cutWhere)
+	}
+	for i := range m.ToolCalls {
+		if len(m.ToolCalls[i].Arguments) > keep {
+			m.ToolCalls[i].Arguments = shortenArgs(m.ToolCalls[i].Arguments, keep)
+		}
+	}
+}
+
+// shortenArgs cuts the long string values of a JSON object of arguments
+// (a write_file's content) to keep bytes each, so that what the model reads
+// back is still the JSON object it wrote, with its short values (a path)
+// whole. Arguments that are not such an object are cut as text.
+func shortenArgs(args string, keep int) string {
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(args), &obj); err != nil {
+		return capText(args, keep, cutWhere)
+	}
+	for k, v := range obj {
+		if s, ok := v.(string); ok && len(s) > keep {
+			obj[k] = capText(s, keep, cutWhere)
+		}
+	}
+	b, err := json.Marshal(obj)
+	if err != nil || len(b) > len(args) {
+		return capText(args, keep, cutWhere)
+	}
+	return string(b)
+}
+
+// cloneMessages copies msgs deep enough for fit to change the copy: the
+// slice and each message's tool calls.
+func cloneMessages(msgs []llm.Message) []llm.Message {
+	out := slices.Clone(msgs)
+	for i := range out {
+		out[i].ToolCalls = slices.Clone(out[i].ToolCalls)
+	}
+	return out
+}
+
+// lastUser returns the index of the last user message of msgs, or -1.
+func lastUser(msgs []llm.Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == llm.RoleUser {
+			return i
+		}
+	}
+	return -1
+}
+
+// size is the size of msgs in characters, as the context budget counts
+// them.
+func size(msgs []llm.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += msgSize(m)
+	}
+	return n
 }
 
 func msgSize(m llm.Message) int {

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -22,9 +25,14 @@ var (
 	// is not trusted; or the Request itself is invalid. A Temporal activity
 	// turns these into non-retryable errors.
 	ErrPermanent = errors.New("permanent model error")
-	// ErrContextLength matches a conversation too long for the model's
-	// context window (code context_length_exceeded). It is also permanent:
-	// the caller must compact the conversation before calling again.
+	// ErrContextLength matches a request too long for the model's context
+	// window: OpenAI's code context_length_exceeded, the messages of the
+	// same failure from common OpenAI-compatible servers (vLLM, llama.cpp,
+	// LiteLLM, Ollama, TGI, and the compatibility endpoints of Anthropic,
+	// Gemini, Mistral and xAI), and any 413. It is also permanent: the
+	// same call fails again, and the caller must send a shorter
+	// conversation (APIError.ContextTokens and RequestTokens say by how
+	// much when the endpoint did).
 	ErrContextLength = errors.New("conversation too long for the model")
 )
 
@@ -52,6 +60,12 @@ type APIError struct {
 	// Type is the OpenAI error type when the endpoint gave one
 	// ("invalid_request_error", "server_error", ...), else empty.
 	Type string
+	// ContextTokens and RequestTokens are, for an error matching
+	// ErrContextLength, the model's context window and what the request
+	// came to (the completion reserved included, where the endpoint
+	// counted it), in tokens, when the endpoint's message said them;
+	// else 0.
+	ContextTokens, RequestTokens int
 
 	msg           string
 	permanent     bool
@@ -157,9 +171,10 @@ func (c *Client) apiError(status int, code, typ, serverMsg, model string) *APIEr
 		} else {
 			e.msg = fmt.Sprintf("model endpoint not found (404): check the base URL %s", c.baseURL) + detail
 		}
-	case code == "context_length_exceeded":
+	case isContextLength(status, code, typ, serverMsg):
 		e.permanent = true
 		e.contextLength = true
+		e.ContextTokens, e.RequestTokens = contextNumbers(serverMsg)
 		e.msg = fmt.Sprintf("conversation is too long for model %q (%d)", model, status) + detail
 	case status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge || status == http.StatusUnprocessableEntity:
 		e.permanent = true
@@ -176,6 +191,107 @@ func (c *Client) apiError(status int, code, typ, serverMsg, model string) *APIEr
 		e.msg = fmt.Sprintf("model endpoint returned status %d", status) + detail
 	}
 	return e
+}
+
+// contextCodes are the error codes and types that say a request did not fit
+// the model's context window: OpenAI's (also Azure's, DeepSeek's, Groq's
+// and those of servers copying them), GitHub Copilot's, LiteLLM's
+// exception name, llama.cpp's type.
+var contextCodes = []string{
+	"context_length_exceeded", "model_max_prompt_tokens_exceeded",
+	"context_window_exceeded", "exceed_context_size_error",
+}
+
+// contextPhrases are what OpenAI-compatible servers that give no such code
+// say of the same failure, lower case. They are specific on purpose: a 400
+// about something else that is too long (a tool call ID, a tool's
+// description) must stay an ordinary bad request, since shortening the
+// conversation cannot fix it.
+var contextPhrases = []string{
+	"maximum context length",                  // OpenAI, vLLM, DeepSeek, Mistral, LiteLLM forwarding them
+	"exceeds the context window",              // OpenAI Responses API
+	"reduce the length of the messages",       // OpenAI, Groq
+	"exceeds the available context size",      // llama.cpp server
+	"exceeds the context length",              // Ollama
+	"longer than the maximum model length",    // vLLM: "The decoder prompt (length N) is longer than ..."
+	"is too long and exceeds limit of",        // vLLM: "Input prompt (N tokens) is too long and exceeds limit of M"
+	"prompt is too long",                      // Anthropic's compatibility endpoint
+	"exceed context limit",                    // Anthropic: "input length and `max_tokens` exceed context limit"
+	"exceeds the maximum number of tokens",    // Gemini's compatibility endpoint
+	"maximum prompt length",                   // xAI
+	"contextwindowexceedederror",              // LiteLLM proxy
+	"`inputs` tokens + `max_new_tokens` must", // Text Generation Inference
+}
+
+// isContextLength reports whether an HTTP failure says the request did not
+// fit the model's context window. A 413 always counts, whoever sent it (the
+// model or a proxy in front of it): the body is too large, and a shorter
+// conversation is the remedy. The phrases count with any error status,
+// since some servers (Ollama) say it with a 500, which retrying as it is
+// would never cure.
+func isContextLength(status int, code, typ, serverMsg string) bool {
+	if slices.Contains(contextCodes, code) || slices.Contains(contextCodes, typ) {
+		return true
+	}
+	if status == http.StatusRequestEntityTooLarge {
+		return true
+	}
+	if status < 400 {
+		return false
+	}
+	msg := strings.ToLower(serverMsg)
+	for _, p := range contextPhrases {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// contextPatterns find the context window and the size of the request in
+// the messages of context-length errors: each has two numbers, in the
+// order its window field says.
+var contextPatterns = []struct {
+	re         *regexp.Regexp
+	windowLast bool
+}{
+	// OpenAI, vLLM, DeepSeek: "This model's maximum context length is 8192
+	// tokens. However, your messages resulted in 9000 tokens" or "...you
+	// requested 9000 tokens (8000 in the messages, 1000 in the completion)".
+	{regexp.MustCompile(`(?is)maximum context length is (\d+) tokens.*?(?:resulted in|requested) (\d+) tokens`), false},
+	// llama.cpp: "request (4476 tokens) exceeds the available context size (4096 tokens)".
+	{regexp.MustCompile(`(?i)\((\d+) tokens\) exceeds the available context size \((\d+) tokens\)`), true},
+	// Anthropic: "prompt is too long: 201266 tokens > 200000 maximum".
+	{regexp.MustCompile(`(?i)prompt is too long: (\d+) tokens > (\d+) maximum`), true},
+	// Gemini: "The input token count (35868) exceeds the maximum number of tokens allowed (32768)".
+	{regexp.MustCompile(`(?i)input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)`), true},
+	// vLLM: "The decoder prompt (length 9000) is longer than the maximum model length of 8192".
+	{regexp.MustCompile(`(?i)\(length (\d+)\) is longer than the maximum model length of (\d+)`), true},
+	// vLLM: "Input prompt (9000 tokens) is too long and exceeds limit of 8192".
+	{regexp.MustCompile(`(?i)\((\d+) tokens\) is too long and exceeds limit of (\d+)`), true},
+	// xAI: "This model's maximum prompt length is 131072 but the request contains 136973 tokens".
+	{regexp.MustCompile(`(?i)maximum prompt length is (\d+) but the request contains (\d+) tokens`), false},
+}
+
+// contextNumbers returns the context window and the request's size in
+// tokens that a context-length error message states, or zeros.
+func contextNumbers(msg string) (window, request int) {
+	for _, p := range contextPatterns {
+		m := p.re.FindStringSubmatch(msg)
+		if m == nil {
+			continue
+		}
+		a, errA := strconv.Atoi(m[1])
+		b, errB := strconv.Atoi(m[2])
+		if errA != nil || errB != nil {
+			continue
+		}
+		if p.windowLast {
+			a, b = b, a
+		}
+		return a, b
+	}
+	return 0, 0
 }
 
 // maxDetail bounds the endpoint's own explanation quoted in an error.

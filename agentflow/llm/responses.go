@@ -101,7 +101,10 @@ func (c *Client) responsesResponse(model string, r *responses.Response) (Respons
 	case responses.ResponseStatusFailed:
 		// Errors during generation come back as a 200 with status failed.
 		e := &APIError{StatusCode: 200, Code: string(r.Error.Code), Type: r.Error.Type}
-		e.permanent = strings.HasPrefix(e.Code, "invalid_")
+		// A context overflow found during generation is as final as one
+		// found before it, and shortening the input fixes it the same way.
+		e.contextLength = isContextLength(0, e.Code, e.Type, "")
+		e.permanent = strings.HasPrefix(e.Code, "invalid_") || e.contextLength
 		e.msg = fmt.Sprintf("model %q failed to answer", model)
 		if e.Code != "" {
 			e.msg += " (" + e.Code + ")"

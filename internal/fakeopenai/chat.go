@@ -255,7 +255,7 @@ func (s *Server) chatCompletion(call Call, reply Reply) chatCompletionJSON {
 	for _, tc := range reply.ToolCalls {
 		args, _ := tc.marshalArguments() // checked by checkReply
 		msg.ToolCalls = append(msg.ToolCalls, chatCallJSON{
-			ID:       fmt.Sprintf("call_%d", s.nextID()),
+			ID:       s.toolCallID(),
 			Type:     "function",
 			Function: chatFunction{Name: tc.Name, Arguments: string(args)},
 		})
@@ -266,7 +266,7 @@ func (s *Server) chatCompletion(call Call, reply Reply) chatCompletionJSON {
 	}
 	in, out := usage(call, reply)
 	return chatCompletionJSON{
-		ID:      fmt.Sprintf("chatcmpl-fake%d", s.nextID()),
+		ID:      newID("chatcmpl-"),
 		Object:  "chat.completion",
 		Created: time.Now().Unix(),
 		Model:   call.Model,

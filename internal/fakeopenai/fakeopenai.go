@@ -11,6 +11,11 @@
 // invalid_request_error otherwise, so a client that drifts from the protocol
 // fails its tests here rather than in production.
 //
+// Like a real model it may have a context window (Options.ContextTokens),
+// past which it answers 400 context_length_exceeded. Tool calls get random
+// IDs as OpenAI's do, or, with Options.SequentialIDs, call_1, call_2, ...
+// from each server's start, as some servers number them.
+//
 // What the "model" says is up to a Script, which sees the conversation in a
 // neutral form (Call) and returns a Reply: a text, tool calls, or an HTTP
 // error. DirectiveScript is a deterministic script for end-to-end tests and
@@ -26,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"net/http/httptest"
@@ -64,6 +70,16 @@ type Options struct {
 	// TLS serves HTTPS with a self-signed certificate (see Certificate and
 	// Client) instead of plain HTTP.
 	TLS bool
+	// ContextTokens, when set, is the model's context window: a request
+	// whose Call.Tokens (plus its max output tokens) exceed it is answered
+	// 400 context_length_exceeded, in OpenAI's words for each API.
+	ContextTokens int
+	// SequentialIDs numbers the tool calls of the answers call_1, call_2,
+	// ... from each server's start, instead of random IDs like OpenAI's.
+	// Some servers do so, and any server started afresh then reuses the
+	// IDs of the calls that a long conversation already holds: a client
+	// must not rely on the endpoint's IDs being unique in a conversation.
+	SequentialIDs bool
 }
 
 // RecordedRequest is a request the server received, as it was decoded.
@@ -87,7 +103,7 @@ type Server struct {
 	opts   Options
 	script Script
 	srv    *httptest.Server
-	ids    atomic.Int64
+	calls  atomic.Int64 // tool calls answered, for SequentialIDs
 
 	mu       sync.Mutex
 	requests []RecordedRequest
@@ -137,7 +153,25 @@ func (s *Server) Requests() []RecordedRequest {
 	return slices.Clone(s.requests)
 }
 
-func (s *Server) nextID() int64 { return s.ids.Add(1) }
+// newID returns an ID with prefix and 24 random letters and digits, as
+// OpenAI's look: unique across servers and processes.
+func newID(prefix string) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, 24)
+	for i := range b {
+		b[i] = alphabet[rand.IntN(len(alphabet))]
+	}
+	return prefix + string(b)
+}
+
+// toolCallID returns the ID of the next tool call of an answer.
+func (s *Server) toolCallID() string {
+	n := s.calls.Add(1)
+	if s.opts.SequentialIDs {
+		return fmt.Sprintf("call_%d", n)
+	}
+	return newID("call_")
+}
 
 // exchange is one request being answered.
 type exchange struct {
@@ -204,6 +238,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if herr := s.checkContext(call); herr != nil {
+		ex.fail(herr)
+		return
+	}
+
 	if err := sleepCtx(r.Context(), s.opts.Latency); err != nil {
 		ex.rec.Status = statusClientClosed
 		return
@@ -236,6 +275,32 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		ex.send(s.response(call, reply, body))
 	}
+}
+
+// checkContext refuses a call too long for Options.ContextTokens, with
+// OpenAI's status, code and message for each API.
+func (s *Server) checkContext(call Call) *HTTPError {
+	window := s.opts.ContextTokens
+	if window <= 0 {
+		return nil
+	}
+	in, out := call.Tokens(), int(call.MaxOutputTokens)
+	if in+out <= window {
+		return nil
+	}
+	e := &HTTPError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "context_length_exceeded"}
+	switch {
+	case call.API == APIResponses:
+		e.Param = "input"
+		e.Message = "Your input exceeds the context window of this model. Please adjust your input and try again."
+	case out > 0:
+		e.Param = "messages"
+		e.Message = fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", window, in+out, in, out)
+	default:
+		e.Param = "messages"
+		e.Message = fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", window, in)
+	}
+	return e
 }
 
 // authorize checks the bearer token as OpenAI does.

@@ -260,7 +260,7 @@ func (s *Server) response(call Call, reply Reply, body []byte) map[string]any {
 	if reply.Text != "" || len(reply.ToolCalls) == 0 {
 		output = append(output, map[string]any{
 			"type":   "message",
-			"id":     fmt.Sprintf("msg_fake%d", s.nextID()),
+			"id":     newID("msg_"),
 			"status": status,
 			"role":   "assistant",
 			"content": []any{map[string]any{
@@ -275,8 +275,8 @@ func (s *Server) response(call Call, reply Reply, body []byte) map[string]any {
 		args, _ := tc.marshalArguments() // checked by checkReply
 		output = append(output, map[string]any{
 			"type":      "function_call",
-			"id":        fmt.Sprintf("fc_fake%d", s.nextID()),
-			"call_id":   fmt.Sprintf("call_%d", s.nextID()),
+			"id":        newID("fc_"),
+			"call_id":   s.toolCallID(),
 			"name":      tc.Name,
 			"arguments": string(args),
 			"status":    "completed",
@@ -285,7 +285,7 @@ func (s *Server) response(call Call, reply Reply, body []byte) map[string]any {
 	in, out := usage(call, reply)
 	now := time.Now().Unix()
 	return map[string]any{
-		"id":                   fmt.Sprintf("resp_fake%d", s.nextID()),
+		"id":                   newID("resp_"),
 		"object":               "response",
 		"created_at":           now,
 		"completed_at":         now,

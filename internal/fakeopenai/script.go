@@ -31,6 +31,23 @@ type Call struct {
 	MaxOutputTokens int64
 }
 
+// Tokens counts the conversation's tokens as Options.ContextTokens does: a
+// token per 4 bytes (rounded up) of each message's content and of its tool
+// calls' names and arguments, and 4 more per message for its role and
+// framing. Tool definitions are not counted. It is an estimate in the
+// spirit of OpenAI's count, stable so that tests can aim at a window.
+func (c Call) Tokens() int {
+	n := 0
+	for _, m := range c.Messages {
+		b := len(m.Content)
+		for _, tc := range m.ToolCalls {
+			b += len(tc.Name) + len(tc.Arguments)
+		}
+		n += 4 + (b+3)/4
+	}
+	return n
+}
+
 // LastUserMessage returns the index and the text of the last user message,
 // or -1 and "" when there is none.
 func (c Call) LastUserMessage() (int, string) {
@@ -69,8 +86,8 @@ type ToolCall struct {
 type Reply struct {
 	// Text is the assistant's text.
 	Text string
-	// ToolCalls are the tools to call, each given a fresh unique ID by the
-	// server. Each must be one of Call.Tools, as a real model's would be,
+	// ToolCalls are the tools to call, each given an ID by the server (a
+	// random one, or see Options.SequentialIDs). Each must be one of Call.Tools, as a real model's would be,
 	// or the server answers 500.
 	ToolCalls []ReplyToolCall
 	// Truncated answers as a model cut short by max_output_tokens:
