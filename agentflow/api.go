@@ -405,6 +405,9 @@ type SessionView struct {
 	// Undelivered are answers the chat refused for good; the next answer
 	// that gets through is preceded by a notice about them.
 	Undelivered []UndeliveredAnswer `json:"undelivered,omitempty"`
+	// Waiting is set by Client.Start when no worker answered for the
+	// session yet: it exists, and runs when a worker is back.
+	Waiting bool `json:"waiting,omitempty"`
 }
 
 // UndeliveredAnswer is an answer that could not be posted to the chat.

@@ -128,6 +128,10 @@ func (c *Client) SendAndWait(ctx context.Context, start AgentInput, m MessageReq
 // Start starts the session of in.ThreadKey without a message (the "new"
 // command). Starting a session that exists changes nothing and is not an
 // error; it returns the session's state.
+//
+// Starting needs no worker: the workflow exists, durably, once the call
+// returns. The state is then asked for a moment (a query needs a worker);
+// if no worker answers, the view is made from in and Waiting is set.
 func (c *Client) Start(ctx context.Context, in AgentInput) (SessionView, error) {
 	if _, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: AgentWorkflowID(in.ThreadKey), TaskQueue: TaskQueue,
@@ -136,8 +140,26 @@ func (c *Client) Start(ctx context.Context, in AgentInput) (SessionView, error) 
 	}, AgentWorkflowName, in); err != nil {
 		return SessionView{}, c.translate(err)
 	}
-	return c.State(ctx, in.ThreadKey)
+	qctx, cancel := context.WithTimeout(ctx, startQueryWait)
+	defer cancel()
+	v, err := c.State(qctx, in.ThreadKey)
+	if err == nil {
+		return v, nil
+	}
+	if ctx.Err() != nil {
+		return SessionView{}, ctx.Err()
+	}
+	backend := in.Backend
+	if backend == "" {
+		backend = "local"
+	}
+	return SessionView{ThreadKey: in.ThreadKey, WorkflowID: AgentWorkflowID(in.ThreadKey), Title: in.Title,
+		Backend: backend, Status: StatusIdle, Requester: in.Requester, Waiting: true}, nil
 }
+
+// startQueryWait is how long Start waits for a worker to answer for a
+// session it started.
+const startQueryWait = 3 * time.Second
 
 func (c *Client) update(ctx context.Context, threadKey, name string, arg, out any) error {
 	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{

@@ -3,6 +3,7 @@ package bot
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -650,6 +651,11 @@ func cutMention(s, mention string) (string, bool) {
 	return "", false
 }
 
+// backendNames are the sandbox backends the product has, for telling
+// "new docker" (a command) from "new tests for the parser" (prose) after a
+// mention.
+var backendNames = []string{"local", "docker", "e2b", "daytona"}
+
 // commandShaped reports whether words after a mention read as a command
 // rather than as chat that happens to start with a verb.
 func commandShaped(toks []token) bool {
@@ -660,6 +666,21 @@ func commandShaped(toks []token) bool {
 	args := toks[1:]
 	switch v {
 	case VerbNew, VerbFork, VerbTitle:
+		// These take free text, so after a mention they read as prose
+		// ("new tests for the parser please") unless what follows is
+		// only a backend name (new), options (fork --backend b) and a
+		// quoted title. The explicit forms (!agent, /agent) take any text.
+		for i, a := range args {
+			switch {
+			case a.quoted:
+				return i == len(args)-1
+			case v == VerbNew && i == 0 && slices.Contains(backendNames, strings.ToLower(a.text)):
+			case v == VerbFork && strings.HasPrefix(a.text, "--"):
+			case v == VerbFork && i > 0 && strings.HasPrefix(args[i-1].text, "--"):
+			default:
+				return false
+			}
+		}
 		return true
 	case VerbSwitch:
 		return len(args) <= 1 || (len(args) == 2 && strings.HasPrefix(args[1].text, "/"))

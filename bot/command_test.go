@@ -233,9 +233,13 @@ func TestTrigger(t *testing.T) {
 		{"mention verb any case", "<@U123> Status", me, "Status", true},
 		{"discord nickname mention", "<@!U123> list", me, "list", true},
 		{"slack labelled mention", "<@U123|agentbot> done", me, "done", true},
-		{"mention new takes any text", "<@U123> new fix the flaky test", me, "new fix the flaky test", true},
-		{"mention title takes any text", "<@U123> title Auth rewrite", me, "title Auth rewrite", true},
+		{"mention new alone", "<@U123> new", me, "new", true},
+		{"mention new on a backend", "<@U123> new docker", me, "new docker", true},
+		{"mention new with a quoted title", `<@U123> new docker "fix the flaky test"`, me, `new docker "fix the flaky test"`, true},
+		{"mention title quoted", `<@U123> title "Auth rewrite"`, me, `title "Auth rewrite"`, true},
+		{"mention fork alone", "<@U123> fork", me, "fork", true},
 		{"mention fork with option", "<@U123> fork --backend docker", me, "fork --backend docker", true},
+		{"mention fork with option and quoted title", `<@U123> fork --backend local "try local"`, me, `fork --backend local "try local"`, true},
 		{"mention switch with root", "<@U123> switch local /srv/x", me, "switch local /srv/x", true},
 		{"mention switch typo is a command", "<@U123> switch dokcer", me, "switch dokcer", true},
 		{"mention switch alone is a command", "<@U123> switch", me, "switch", true},
@@ -243,6 +247,13 @@ func TestTrigger(t *testing.T) {
 		{"plain text mention style", "@bot status", "@bot", "status", true},
 
 		{"mention then chat", "<@U123> please fix the build", me, "", false},
+		// Prose that starts with a verb that takes free text goes to the
+		// agent: only the bare verb, a backend, options or quoted text
+		// make it a command after a mention.
+		{"new in prose is chat", "<@U123> new tests for the parser please, then run them", me, "", false},
+		{"new with two words is chat", "<@U123> new tests", me, "", false},
+		{"title in prose is chat", "<@U123> title case all the headings in README.md", me, "", false},
+		{"fork in prose is chat", "<@U123> fork the repo and open a PR", me, "", false},
 		{"mention then chat starting with verb", "<@U123> stop the server on port 80", me, "", false},
 		{"destroy in a sentence is chat", "<@U123> destroy the old branch", me, "", false},
 		{"help in a sentence is chat", "<@U123> help me fix the build", me, "", false},

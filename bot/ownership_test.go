@@ -58,6 +58,8 @@ type stackOptions struct {
 	noReports bool
 	// chat, when set, receives what the terminal sender posts.
 	chat io.Writer
+	// noWorker starts no worker: nothing runs the sessions.
+	noWorker bool
 }
 
 func startOwnStack(t *testing.T, opts stackOptions) *ownStack {
@@ -99,6 +101,9 @@ func startOwnStack(t *testing.T, opts stackOptions) *ownStack {
 		Chat: map[string]agentflow.ChatSender{"term": terminal.NewSender(cmp.Or[io.Writer](opts.chat, io.Discard))}}
 	if !opts.noReports {
 		acts.Temporal = tc
+	}
+	if opts.noWorker {
+		return s
 	}
 	w := worker.New(tc, agentflow.TaskQueue, testenv.WorkerOptions())
 	agentworker.Register(w, acts)

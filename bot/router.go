@@ -75,8 +75,15 @@ func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 	if resp == nil {
 		return nil
 	}
-	return reply.Reply(ctx, *resp)
+	// The handler's time may be up (that may be why it failed): the
+	// answer gets a context of its own, or the person never hears.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
+	defer cancel()
+	return reply.Reply(rctx, *resp)
 }
+
+// replyTimeout bounds posting one answer.
+const replyTimeout = 30 * time.Second
 
 // redactReplies wraps reply so that every Response it gets has the known
 // secrets replaced: one place that every answer of Handle passes.
@@ -124,6 +131,10 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 			return &Response{Text: "Yes? Tell me what to do, or say `help`.", Private: true}, nil
 		}
 		return nil, nil
+	}
+	if len(ev.Text) > agentflow.MaxMessageBytes {
+		// Refused before anything exists: no session is started for it.
+		return &Response{Text: fmt.Sprintf("That message is too long (%d bytes, at most %d); send it as a file.", len(ev.Text), agentflow.MaxMessageBytes), Private: true}, nil
 	}
 	if !start {
 		p, err := r.lookup(ctx, thread)
@@ -263,7 +274,11 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 			return nil, err
 		}
 		r.remember(ctx, target, entryOf(v))
-		return &Response{Text: fmt.Sprintf("Session *%s* on `%s`. Tell me what to do.", v.Title, v.Backend), Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
+		text := fmt.Sprintf("Session *%s* on `%s`. Tell me what to do.", v.Title, v.Backend)
+		if v.Waiting {
+			text += " (Queued: the agent is not running right now; it answers when it is back.)"
+		}
+		return &Response{Text: text, Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
 	// Switch, fork, done and reset wait for the running turn, which may
 	// take far longer than a platform gives a handler: they are answered
 	// as soon as the session accepted them, and the session posts how
