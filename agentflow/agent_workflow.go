@@ -58,6 +58,8 @@ type agent struct {
 	sending         bool
 	// carried says this run continued an earlier one.
 	carried bool
+	// signals carries messages sent as signals.
+	signals workflow.ReceiveChannel
 	logger  log
 }
 
@@ -357,6 +359,7 @@ func cleanTitle(t string) (string, error) {
 // run is the main loop: wait for messages, run turns, stop an idle sandbox,
 // continue-as-new when the history grows.
 func (w *agent) run(ctx workflow.Context) error {
+	w.startSignals(ctx)
 	w.startOutbox(ctx)
 	if !w.Registered {
 		w.registerSession(ctx)
@@ -403,6 +406,9 @@ func (w *agent) run(ctx workflow.Context) error {
 			}); err != nil {
 				return err
 			}
+			// Messages signalled meanwhile are queued, so that they are
+			// carried, not lost with this run.
+			w.drainSignals()
 			if !w.Destroyed && !w.turnBlocksControl() {
 				carry := w.AgentState
 				return workflow.NewContinueAsNewError(ctx, AgentWorkflowName, AgentInput{
@@ -519,18 +525,79 @@ func (w *agent) onMessage(ctx workflow.Context, m MessageRequest) (MessageResult
 	if m.ID == "" {
 		m.ID = workflow.GetCurrentUpdateInfo(ctx).ID
 	}
+	return w.admit(ctx, m), nil
+}
+
+// startSignals receives messages sent as signals (SignalMessage): a signal
+// is durable in the history the moment the chat side's call returns,
+// with no worker running, which an update is not. A message that its
+// validator would refuse is told to the thread instead (a signal cannot be
+// refused); a repeated ID is dropped, as for the update.
+func (w *agent) startSignals(ctx workflow.Context) {
+	w.signals = workflow.GetSignalChannel(ctx, SignalMessage)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var m MessageRequest
+			if !w.signals.Receive(ctx, &m) {
+				return
+			}
+			w.admitSignal(ctx, m)
+		}
+	})
+}
+
+// drainSignals admits the messages signalled but not yet received.
+func (w *agent) drainSignals() {
+	for {
+		var m MessageRequest
+		if !w.signals.ReceiveAsync(&m) {
+			return
+		}
+		w.admitSignal(nil, m)
+	}
+}
+
+func (w *agent) admitSignal(ctx workflow.Context, m MessageRequest) {
+	if m.ID == "" {
+		return // the chat side always names messages
+	}
+	if w.Destroyed || w.destroying {
+		// Sent in the moment between the destroy and the end of the
+		// workflow (after that, sending fails and the gateway says so).
+		w.deliver(ctx, Outbound{Kind: OutboundNotice, Turn: w.Turn, Key: w.workflowID + "/refused/" + m.ID,
+			Text: Text{Inline: ErrDestroyedText + ".", Size: len(ErrDestroyedText) + 1}})
+		return
+	}
+	if w.seen(m.ID) == nil {
+		if err := w.validateMessage(ctx, m); err != nil {
+			text := fmt.Sprintf("A message could not be taken (%s): %s", err, cut(strings.TrimSpace(m.Text), 200))
+			w.deliver(ctx, Outbound{Kind: OutboundNotice, Turn: w.Turn, Key: w.workflowID + "/refused/" + m.ID,
+				Text: Text{Inline: text, Size: len(text)}})
+			return
+		}
+	}
+	w.admit(ctx, m)
+}
+
+// admit queues a message, or answers what became of it when its ID was
+// seen before.
+func (w *agent) admit(ctx workflow.Context, m MessageRequest) MessageResult {
 	if s := w.seen(m.ID); s != nil {
 		res := w.messageResult(m.ID)
 		res.Duplicate = true
-		return res, nil
+		return res
+	}
+	at := time.Time{}
+	if ctx != nil {
+		at = workflow.Now(ctx)
 	}
 	w.MsgSeq++
-	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq, Files: m.Files})
+	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: at, Seq: w.MsgSeq, Files: m.Files})
 	w.Seen = append(w.Seen, SeenMessage{ID: m.ID})
 	if len(w.Seen) > maxSeen {
 		w.Seen = w.Seen[len(w.Seen)-maxSeen:]
 	}
-	return MessageResult{Queued: len(w.Queue)}, nil
+	return MessageResult{Queued: len(w.Queue)}
 }
 
 // messageResult says what became of a seen message.

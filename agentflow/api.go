@@ -41,6 +41,10 @@ const (
 	// old transcript is archived in the blob store (ResetRequest →
 	// ResetResult).
 	UpdateReset = "reset"
+	// SignalMessage sends a user message (MessageRequest, ID required) as a
+	// signal: durable once sent, with or without a worker. Client.Send
+	// uses it; the message update remains for what needs an answer.
+	SignalMessage = "message"
 	// QueryState returns a SessionView.
 	QueryState = "state"
 	// QueryTranscript returns the recent turns ([]TurnSummary). Its one

@@ -49,14 +49,28 @@ func agentStart(c client.Client, in AgentInput) client.WithStartWorkflowOperatio
 
 // Send gives a user message to the session of start.ThreadKey, starting the
 // session (with start's settings) if the thread has none. The message's ID
-// makes it idempotent: a platform retry gets the first result and starts no
-// second turn.
+// makes it idempotent: a platform retry starts no second turn.
+//
+// A message with an ID is sent as a signal with start: once Send returns,
+// the message is in the session's history — durable, whether or not a
+// worker runs (the turn runs when one does). Its result then says nothing
+// more (Wait tells what became of it); a message the session cannot take
+// (too many waiting) is told to the thread. A message without an ID goes
+// as an update, answered by the session's validator.
 func (c *Client) Send(ctx context.Context, start AgentInput, m MessageRequest) (MessageResult, error) {
+	if m.ID != "" {
+		_, err := c.tc.SignalWithStartWorkflow(ctx, AgentWorkflowID(start.ThreadKey), SignalMessage, m, client.StartWorkflowOptions{
+			ID: AgentWorkflowID(start.ThreadKey), TaskQueue: TaskQueue,
+			// A destroyed session's ID is never reused.
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		}, AgentWorkflowName, start)
+		if err != nil {
+			return MessageResult{}, c.translate(err)
+		}
+		return MessageResult{}, nil
+	}
 	opts := client.UpdateWorkflowOptions{
 		UpdateName: UpdateMessage, Args: []any{m}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	}
-	if m.ID != "" {
-		opts.UpdateID = "msg/" + m.ID
 	}
 	h, err := c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: agentStart(c.tc, start),

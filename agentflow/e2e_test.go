@@ -295,12 +295,14 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	res = r.send(thread, "sh: echo still-usable")
 	mustContain(t, "after stop", res.Answer, "still-usable")
-	// A platform retry of the stopped message gets the first answer and
-	// starts no second turn.
+	// A platform retry of the stopped message starts no second turn, and
+	// waiting for it gives the first answer.
 	turns := r.state(thread).Turn
-	dup, err := r.cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread}, agentflow.MessageRequest{ID: "long-sleep", Text: "sleep: 120"})
-	if err != nil || dup.Queued != 1 {
-		t.Fatalf("retried message: %+v %v", dup, err)
+	if _, err := r.cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread}, agentflow.MessageRequest{ID: "long-sleep", Text: "sleep: 120"}); err != nil {
+		t.Fatalf("retried message: %v", err)
+	}
+	if dup, err := r.cl.Wait(ctx, thread, "long-sleep"); err != nil || dup.Result == nil || dup.Result.Status != agentflow.TurnStopped {
+		t.Fatalf("the retried message's result: %+v %v", dup, err)
 	}
 	time.Sleep(500 * time.Millisecond)
 	if v := r.state(thread); v.Turn != turns || v.Queued != 0 || v.Status != agentflow.StatusIdle {

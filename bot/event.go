@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"time"
 
 	"github.com/agentbot/agentbot/agentflow"
 )
@@ -55,6 +56,11 @@ type Event struct {
 	// Files were shared with the message; the session copies them into
 	// the workspace.
 	Files []agentflow.InboundFile
+	// ThreadStarted is when the thread's root message was posted, where
+	// the platform says (Slack's thread_ts, a Discord thread's ID): a reply
+	// in a thread that young may be racing the mention that starts its
+	// session, and is not dropped for want of one at once.
+	ThreadStarted time.Time
 }
 
 // Response is what the router answers the person who sent an event.

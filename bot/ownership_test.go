@@ -435,7 +435,13 @@ func TestOwnershipHijack(t *testing.T) {
 	if got := handle(t, r, s.event(bot.KindCommand, thread, root, "destroy")); len(got) != 1 || !strings.Contains(got[0].Text, "Destroyed") {
 		t.Fatalf("root's destroy: answered %q", texts(got))
 	}
-	// Replies in the thread hear that the session is gone.
+	// Replies in the thread hear that the session is gone (once its
+	// workflow has ended, a moment after the destroy: in that moment the
+	// session itself says so in the thread).
+	waitUntil(t, "the destroyed session to end", func() bool {
+		p, err := s.cl.Describe(context.Background(), thread)
+		return err == nil && p == agentflow.PresenceEnded
+	})
 	if got := handle(t, r, s.event(bot.KindMessage, thread, bob, "hi again")); len(got) != 1 || !strings.Contains(got[0].Text, "destroyed") {
 		t.Errorf("a reply after destroy: answered %q", texts(got))
 	}
@@ -521,6 +527,10 @@ func TestOwnershipDeafThread(t *testing.T) {
 		!strings.Contains(got[0].Text, "Destroyed") {
 		t.Fatalf("destroy: answered %q", texts(got))
 	}
+	waitUntil(t, "the destroyed session to end", func() bool {
+		p, err := s.cl.Describe(context.Background(), thread)
+		return err == nil && p == agentflow.PresenceEnded
+	})
 	got := handle(t, s.router(t, store.NewMemoryCache()), s.event(bot.KindMessage, thread, bob, "anyone there?"))
 	if len(got) != 1 || !strings.Contains(got[0].Text, "destroyed") {
 		t.Errorf("a reply after destroy: answered %q", texts(got))

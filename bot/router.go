@@ -21,6 +21,8 @@ import (
 // cache is unavailable: the router then works from Temporal alone.
 type Cache interface {
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
+	Settle(ctx context.Context, eventID string, ttl time.Duration) error
+	Release(ctx context.Context, eventID string) error
 	GetThread(ctx context.Context, threadKey string) (store.ThreadEntry, bool, error)
 	PutThread(ctx context.Context, threadKey string, e store.ThreadEntry, ttl time.Duration) error
 	DeleteThread(ctx context.Context, threadKey string) error
@@ -52,7 +54,7 @@ type Router struct {
 	Secrets []string
 
 	mu    sync.Mutex
-	local map[string]time.Time // event IDs seen, while the cache is down
+	local map[string]time.Time // event IDs seen (until when), while the cache is down
 }
 
 // Handle routes one event and answers through reply. It returns an error
@@ -60,15 +62,33 @@ type Router struct {
 // the person (with an ID to find the log line) and logged.
 func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 	reply = redactReplies(reply, r.Secrets)
-	if ev.ID != "" && !r.firstSeen(ctx, ev.Platform+":"+ev.ID) {
-		r.log().Debug("dropped a repeated event", "event_id", ev.ID, "thread", ev.ThreadKey)
-		return nil
+	// An event is claimed for a short while (ClaimTTL) before it is
+	// handed to Temporal, where it becomes durable (a message's signal is
+	// in the session's history, a control request is an update named
+	// after the event); only then is it settled for EventTTL. If this
+	// process dies in between, the platform's retry finds the claim
+	// expired and is handled: a retry never finds a message "seen" that
+	// Temporal never got.
+	claim := ""
+	if ev.ID != "" {
+		claim = ev.Platform + ":" + ev.ID
+		if !r.claim(ctx, claim) {
+			r.log().Debug("dropped a repeated event", "event_id", ev.ID, "thread", ev.ThreadKey)
+			return nil
+		}
 	}
 	if !r.Access.Allowed(ev) {
 		r.log().Info("refused an event from outside the allowlist", "user", ev.User, "channel", ev.Channel)
 		return reply.Reply(ctx, Response{Text: "Sorry — you are not on this bot's allowlist here, so I can't help with that.", Private: true})
 	}
 	resp, err := r.route(ctx, ev)
+	if claim != "" {
+		if err != nil && !final(err) {
+			r.release(claim) // let the platform's retry try again
+		} else {
+			r.settle(claim)
+		}
+	}
 	if err != nil {
 		resp = r.failure(ev, err)
 	}
@@ -138,6 +158,12 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 	}
 	if !start {
 		p, err := r.lookup(ctx, thread)
+		if err == nil && p == agentflow.PresenceNone && !ev.ThreadStarted.IsZero() && time.Since(ev.ThreadStarted) < newThreadWindow {
+			// The mention that starts this thread's session may be being
+			// handled right now (by this replica or another): wait for
+			// it a little rather than drop the reply.
+			p, err = r.awaitSession(ctx, thread)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -494,6 +520,35 @@ func (r *Router) lookup(ctx context.Context, thread string) (agentflow.Presence,
 	return p, nil
 }
 
+// A reply in a thread younger than newThreadWindow that finds no session
+// waits up to newThreadWait for one to appear.
+const (
+	newThreadWindow = 2 * time.Minute
+	newThreadWait   = 15 * time.Second
+)
+
+// awaitSession asks Temporal (not the cache) whether thread has a session,
+// for up to newThreadWait, and caches the answer only when there is one.
+func (r *Router) awaitSession(ctx context.Context, thread string) (agentflow.Presence, error) {
+	deadline := time.Now().Add(newThreadWait)
+	delay := 50 * time.Millisecond
+	for {
+		p, err := r.Sessions.Describe(ctx, thread)
+		if err != nil || p != agentflow.PresenceNone || time.Now().After(deadline) {
+			if p == agentflow.PresenceRunning {
+				r.found(ctx, thread)
+			}
+			return p, err
+		}
+		select {
+		case <-ctx.Done():
+			return p, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
 // found caches that thread has a session, replacing any negative entry.
 // It writes the workflow ID only: nothing an event says (its author least
 // of all) goes into the cache as a fact about the session.
@@ -523,12 +578,20 @@ func (r *Router) forget(ctx context.Context, thread string) {
 	}
 }
 
-// firstSeen de-duplicates platform deliveries through the cache; while the
+// final says an error will not change on a retry of the same event (the
+// session refused, or is gone): its event is settled, not released.
+func final(err error) bool {
+	var refused *agentflow.RefusedError
+	return errors.As(err, &refused) || errors.Is(err, agentflow.ErrDestroyed) || errors.Is(err, agentflow.ErrNoSession)
+}
+
+// claim de-duplicates platform deliveries through the cache; while the
 // cache is down, through a small in-process table (sessions also drop
-// repeated message IDs, so a turn never runs twice either way).
-func (r *Router) firstSeen(ctx context.Context, id string) bool {
+// repeated message IDs, so a turn never runs twice either way). It claims
+// id for ClaimTTL and reports whether it was free.
+func (r *Router) claim(ctx context.Context, id string) bool {
 	if r.Cache != nil {
-		first, err := r.Cache.FirstSeen(ctx, id, store.EventTTL)
+		first, err := r.Cache.FirstSeen(ctx, id, store.ClaimTTL)
 		if err == nil {
 			return first
 		}
@@ -541,17 +604,48 @@ func (r *Router) firstSeen(ctx context.Context, id string) bool {
 		r.local = map[string]time.Time{}
 	}
 	if len(r.local) > 10000 {
-		for k, t := range r.local {
-			if now.Sub(t) > store.EventTTL {
+		for k, until := range r.local {
+			if now.After(until) {
 				delete(r.local, k)
 			}
 		}
 	}
-	if t, ok := r.local[id]; ok && now.Sub(t) < store.EventTTL {
+	if until, ok := r.local[id]; ok && now.Before(until) {
 		return false
 	}
-	r.local[id] = now
+	r.local[id] = now.Add(store.ClaimTTL)
 	return true
+}
+
+// settle keeps a handled event seen for EventTTL.
+func (r *Router) settle(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
+	defer cancel()
+	if r.Cache != nil {
+		if err := r.Cache.Settle(ctx, id, store.EventTTL); err == nil {
+			return
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.local == nil {
+		r.local = map[string]time.Time{}
+	}
+	r.local[id] = time.Now().Add(store.EventTTL)
+}
+
+// release forgets a claim whose event could not be handed over.
+func (r *Router) release(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
+	defer cancel()
+	if r.Cache != nil {
+		if err := r.Cache.Release(ctx, id); err != nil {
+			r.log().Debug("releasing an event claim failed; it expires", "error", err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.local, id)
 }
 
 // failure turns an error into a short, safe sentence with an ID to find the

@@ -21,7 +21,12 @@ const (
 	// MissingTTL is how long "no session here" is cached: short, so a
 	// session started elsewhere (a fork) is found soon.
 	MissingTTL = 30 * time.Second
-	// EventTTL is how long a platform event ID is remembered; platforms
-	// retry within minutes.
+	// EventTTL is how long a platform event ID is remembered once the
+	// event was handed to Temporal; platforms retry within minutes.
 	EventTTL = time.Hour
+	// ClaimTTL is how long an event is "in progress" before it was handed
+	// to Temporal: a retry that comes later (the process handling it died)
+	// is handled again, which is safe — sessions drop repeated message
+	// IDs, and control requests are updates named after the event.
+	ClaimTTL = 20 * time.Second
 )

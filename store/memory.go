@@ -110,6 +110,34 @@ func (c *MemoryCache) DeleteThread(ctx context.Context, threadKey string) error 
 	return nil
 }
 
+// Settle keeps eventID seen for ttl from now (see RedisCache.Settle).
+func (c *MemoryCache) Settle(ctx context.Context, eventID string, ttl time.Duration) error {
+	if err := checkEvent(ctx, eventID, ttl); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("store: settle %q: %w", eventID, errMemoryClosed)
+	}
+	c.events.put(eventID, struct{}{}, time.Now().Add(ttl))
+	return nil
+}
+
+// Release forgets eventID, so that a platform's retry of it is handled.
+func (c *MemoryCache) Release(ctx context.Context, eventID string) error {
+	if err := checkCall(ctx, "release", "event ID", eventID); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("store: release %q: %w", eventID, errMemoryClosed)
+	}
+	c.events.remove(eventID)
+	return nil
+}
+
 // Close drops every entry; later calls fail with ErrCacheUnavailable.
 // Closing twice is no error.
 func (c *MemoryCache) Close() error {

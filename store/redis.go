@@ -221,6 +221,36 @@ func (c *RedisCache) DeleteThread(ctx context.Context, threadKey string) error {
 	return nil
 }
 
+// Settle keeps eventID seen for ttl from now (overwriting a shorter mark):
+// FirstSeen claims an event for a short while, Settle makes the claim last
+// once the event is handled for good.
+func (c *RedisCache) Settle(ctx context.Context, eventID string, ttl time.Duration) error {
+	if err := checkEvent(ctx, eventID, ttl); err != nil {
+		return err
+	}
+	err := c.do(ctx, func(ctx context.Context) error {
+		return c.rdb.Set(ctx, c.prefix+"event:"+eventID, "settled", ttl).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("store: settle %q: %w", eventID, err)
+	}
+	return nil
+}
+
+// Release forgets eventID, so that a platform's retry of it is handled.
+func (c *RedisCache) Release(ctx context.Context, eventID string) error {
+	if err := checkCall(ctx, "release", "event ID", eventID); err != nil {
+		return err
+	}
+	err := c.do(ctx, func(ctx context.Context) error {
+		return c.rdb.Del(ctx, c.prefix+"event:"+eventID).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("store: release %q: %w", eventID, err)
+	}
+	return nil
+}
+
 // Ping checks that Redis answers, for start-up checks and health probes;
 // an error matches ErrCacheUnavailable unless ctx ended.
 func (c *RedisCache) Ping(ctx context.Context) error {

@@ -288,6 +288,12 @@ func (in *Inbound) handleMessage(ctx context.Context, m *discordgo.Message) {
 	}
 	ch := in.channelInfo(ctx, m.ChannelID)
 	ev.Channel = allowChannel(ch, m.ChannelID)
+	if ch != nil && ch.IsThread() {
+		// A thread's ID is a snowflake: it says when the thread began.
+		if t, err := discordgo.SnowflakeTimestamp(m.ChannelID); err == nil {
+			ev.ThreadStarted = t
+		}
+	}
 	replyIn := m.ChannelID
 	mention := ""
 	if botID != "" {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -96,6 +98,7 @@ func base(id *identity, env envelope) bot.Event {
 	ev := bot.Event{ID: env.EventID, Platform: Platform, Channel: m.Channel, User: m.User, MessageID: m.TS}
 	if inThread(m) {
 		ev.ThreadKey = ThreadKey(id.team, m.Channel, m.ThreadTS)
+		ev.ThreadStarted = tsTime(m.ThreadTS)
 	} else {
 		ev.NewThreadKey = ThreadKey(id.team, m.Channel, m.TS)
 	}
@@ -103,6 +106,18 @@ func base(id *identity, env envelope) bot.Event {
 }
 
 func inThread(m inner) bool { return m.ThreadTS != "" && m.ThreadTS != m.TS }
+
+// tsTime is the time of a Slack message timestamp ("1712345678.000200");
+// zero when it is not one.
+func tsTime(ts string) time.Time {
+	sec, frac, _ := strings.Cut(ts, ".")
+	s, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil || s <= 0 {
+		return time.Time{}
+	}
+	us, _ := strconv.ParseInt((frac + "000000")[:6], 10, 64)
+	return time.Unix(s, us*1000)
+}
 
 // mentionOf maps app_mention: a command when the text after the mention
 // is one (bot.Trigger), else a mention with the mention removed.
