@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -1277,6 +1278,13 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 			st.State = "cancelled"
 			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "stopped by the user before it finished"})
 			continue
+		case err != nil && c.Name == "shell" && lostWorker(err):
+			// The command is never run twice; it may have run to the end
+			// on the worker that was lost. Say exactly that.
+			st.State, st.Detail = "unknown", "the worker running it was lost"
+			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "the command may have run: the worker running it was lost before it reported (" +
+				userError(err) + "), so its outcome is unknown and it was not run again. Look at the workspace (the files it writes, the processes it starts) before you run it again."})
+			continue
 		case err != nil:
 			st.State, st.Detail = "failed", userError(err)
 			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "the tool could not run: " + userError(err)})
@@ -1307,6 +1315,15 @@ func (w *agent) runTool(turnCtx workflow.Context, turn, step int, c ToolCall) (T
 		DefaultTimeout: w.Options.ToolTimeout,
 	}).Get(turnCtx, &r)
 	return r, err
+}
+
+// lostWorker reports an activity error saying the worker running it stopped
+// reporting (its heartbeats or its time ran out): the activity may have done
+// its work.
+func lostWorker(err error) bool {
+	var timeoutErr *temporal.TimeoutError
+	return errors.As(err, &timeoutErr) &&
+		(timeoutErr.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT || timeoutErr.TimeoutType() == enumspb.TIMEOUT_TYPE_START_TO_CLOSE)
 }
 
 // permanentErr reports an activity error that retrying cannot help.
@@ -1501,7 +1518,7 @@ func (w *agent) send(ctx workflow.Context, m Outbound) error {
 func (w *agent) undeliveredNotice(turn int) Outbound {
 	var b strings.Builder
 	for _, u := range w.Undelivered {
-		fmt.Fprintf(&b, "(Note: an earlier answer (turn %d) could not be delivered: %s)\n", u.Turn, u.Preview)
+		b.WriteString(fmt.Sprintf("(Note: an earlier answer (turn %d) could not be delivered: %s)\n", u.Turn, u.Preview))
 	}
 	b.WriteString("Say `export` to see the whole conversation.")
 	return Outbound{Thread: w.ThreadKey, Kind: OutboundNotice, Turn: turn,
