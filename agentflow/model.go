@@ -2,14 +2,20 @@ package agentflow
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentbot/agentbot/agentflow/llm"
 	"github.com/agentbot/agentbot/store"
@@ -69,6 +75,16 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 	if err != nil {
 		if llm.IsPermanent(err) {
 			return ModelStepResult{}, permanent(err.Error(), err)
+		}
+		if unreachable(err) {
+			// The raw error names internal addresses (the endpoint's, a
+			// proxy's, a DNS server's): it goes to the log, the chat gets
+			// a sentence and the reference. Retried like any outage.
+			ref := logRef()
+			a.log().Warn("the model endpoint could not be reached", "ref", ref, "workflow_id", in.SessionID,
+				"turn", in.Turn, "step", in.Step, "error", err)
+			return ModelStepResult{}, temporal.NewApplicationError(
+				fmt.Sprintf("the model endpoint could not be reached (ref %s)", ref), errTypeUnreachable)
 		}
 		return ModelStepResult{}, err
 	}
@@ -507,4 +523,26 @@ func msgSize(m llm.Message) int {
 		n += len(c.Name) + len(c.Arguments) + 16
 	}
 	return n
+}
+
+// errTypeUnreachable: the model endpoint could not be reached (retryable).
+const errTypeUnreachable = "ModelUnreachable"
+
+// unreachable reports a transport failure: no HTTP answer came (refused,
+// reset, DNS, TLS, proxy, timeout before an answer).
+func unreachable(err error) bool {
+	var urlErr *url.Error
+	var netErr net.Error
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &urlErr) || errors.As(err, &opErr) || errors.As(err, &dnsErr) ||
+		(errors.As(err, &netErr) && !errors.Is(err, context.Canceled))
+}
+
+// logRef is a short reference to a log line, told to the user with an
+// error whose details only the log holds.
+func logRef() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
