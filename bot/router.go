@@ -470,13 +470,6 @@ func exportText(t []agentflow.TurnSummary) string {
 	return b.String()
 }
 
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
-
 func (r *Router) webUI(workflowID string) string {
 	if r.WebUI == "" {
 		return ""
