@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -74,6 +75,11 @@ type Activities struct {
 	// everything it hands a chat. Values shorter than redact.MinLen are
 	// ignored.
 	Secrets []string
+
+	// nsIDs caches the IDs of Temporal namespaces by name (see
+	// namespaceID).
+	nsMu  sync.Mutex
+	nsIDs map[string]string
 }
 
 func (a *Activities) redactor() *redact.Redactor { return redact.New(a.Secrets...) }
@@ -188,6 +194,15 @@ func heartbeat(ctx context.Context) (stop func()) {
 // EnsureSandbox returns a running sandbox for a session: the current one,
 // attached (and started if stopped), or a new one restored from the last
 // snapshot when there is none or the current one is gone.
+//
+// A new sandbox is created under a key made of the session, backend, root
+// and generation (see sandboxKey), so a retried call finds the sandbox an
+// earlier attempt made instead of making another. Such a sandbox may hold
+// what that attempt left half-way, so the snapshot is restored again, from
+// scratch (Restore replaces the whole workspace), before it is handed out.
+// Inputs without a generation (recorded before it existed) create without
+// a key, as before. Every new sandbox carries LabelSession and
+// LabelNamespace, which the reaper goes by.
 func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (res EnsureSandboxResult, err error) {
 	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
@@ -203,10 +218,19 @@ func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (
 		a.log().Warn("sandbox lost; recreating", "sandbox_id", in.Current.ID, "workflow_id", in.SessionID)
 		res.Lost = true
 	}
-	sb, err := a.Sandboxes.Create(ctx, in.Backend, sandboxes.Spec{
-		Name: in.Title, Root: in.Root,
-		Labels: map[string]string{"agentbot.session": in.SessionID},
-	})
+	labels := map[string]string{LabelSession: in.SessionID}
+	// Without the namespace label the reaper never touches the sandbox: a
+	// leak at worst, which beats failing the session's turn.
+	if ns, err := a.namespaceID(ctx); err != nil {
+		a.log().Warn("creating a sandbox the reaper will not know as this namespace's", "workflow_id", in.SessionID, "error", err)
+	} else if ns != "" {
+		labels[LabelNamespace] = ns
+	}
+	spec := sandboxes.Spec{Name: in.Title, Root: in.Root, Labels: labels}
+	if in.Generation > 0 {
+		spec.Key = sandboxKey(in)
+	}
+	sb, err := a.Sandboxes.Create(ctx, in.Backend, spec)
 	if err != nil {
 		return res, sandboxErr(err)
 	}
@@ -214,9 +238,14 @@ func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (
 	if in.SnapshotKey != "" {
 		info, err := a.restore(ctx, sb, in.SnapshotKey)
 		if err != nil {
-			// Never hand out a half-made sandbox.
-			if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
-				a.log().Warn("removing a sandbox after a failed restore", "sandbox_id", sb.ID(), "error", derr)
+			// Never hand out a half-made sandbox. When this attempt
+			// was abandoned (its context is done), a retry may be
+			// restoring into the same keyed sandbox already: leave it
+			// to that retry, or to the reaper.
+			if ctx.Err() == nil {
+				if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+					a.log().Warn("removing a sandbox after a failed restore", "sandbox_id", sb.ID(), "error", derr)
+				}
 			}
 			if errors.Is(err, store.ErrNotFound) {
 				return res, permanent("the workspace snapshot is missing from the blob store", err)
@@ -292,22 +321,13 @@ func (a *Activities) StopSandbox(ctx context.Context, in SandboxInput) (err erro
 	return sandboxErr(sb.Stop(ctx))
 }
 
-// DestroySandbox deletes a sandbox. A sandbox already gone is fine.
+// DestroySandbox deletes a sandbox. A sandbox already gone is fine. It
+// goes through Registry.Destroy, so a stopped container or a paused cloud
+// sandbox is removed without being started first.
 func (a *Activities) DestroySandbox(ctx context.Context, in SandboxInput) (err error) {
 	defer a.redactOut(nil, &err)
 	defer heartbeat(ctx)()
-	b, err := a.Sandboxes.Backend(in.State.Backend)
-	if err != nil {
-		return sandboxErr(err)
-	}
-	inst, err := b.Attach(ctx, in.State)
-	if errors.Is(err, sandboxes.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return sandboxErr(err)
-	}
-	err = sandboxes.New(in.State.Backend, inst).Destroy(ctx)
+	err = a.Sandboxes.Destroy(ctx, in.State)
 	if errors.Is(err, sandboxes.ErrNotFound) {
 		return nil
 	}
@@ -338,10 +358,7 @@ func (a *Activities) DeleteBlob(ctx context.Context, key string) (err error) {
 // transcripts, large texts).
 func (a *Activities) DeleteSessionData(ctx context.Context, sessionID string) (err error) {
 	defer a.redactOut(nil, &err)
-	if err := a.Blobs.DeletePrefix(ctx, store.SnapshotPrefix(sessionID)); err != nil {
-		return err
-	}
-	return a.Blobs.DeletePrefix(ctx, store.SessionPrefix(sessionID))
+	return a.deleteSession(ctx, sessionID)
 }
 
 // Report tells the tenant's session manager about a session, starting the

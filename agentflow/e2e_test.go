@@ -21,6 +21,7 @@ import (
 	"github.com/agentbot/agentbot/bot/terminal"
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/fakeopenai"
+	"github.com/agentbot/agentbot/internal/stacktest"
 	"github.com/agentbot/agentbot/internal/testenv"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/sandboxes/dockersandbox"
@@ -94,7 +95,9 @@ func newRig(t *testing.T, opts rigOptions) *rig {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		if err := r.reg.Register(dockersandbox.Name, db); err != nil {
+		// A failed test may never destroy its sessions: their containers
+		// go when it ends all the same.
+		if err := r.reg.Register(dockersandbox.Name, stacktest.TrackDocker(t, db)); err != nil {
 			t.Fatal(err)
 		}
 		r.docker = db

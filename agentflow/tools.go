@@ -21,7 +21,7 @@ import (
 var Tools = []llm.Tool{
 	{
 		Name:        "shell",
-		Description: "Run a shell command (/bin/sh -c) in the workspace root of the sandbox. Returns the exit code, stdout and stderr; long outputs keep their head and tail and the whole output is saved to a file.",
+		Description: "Run a shell command (/bin/sh -c) in the workspace root of the sandbox. Returns the exit code, stdout and stderr; long outputs keep their head and tail, and the output (up to its first and last 2 MiB per stream) is saved to a file named in the result.",
 		Parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
@@ -59,6 +59,19 @@ var Tools = []llm.Tool{
 
 // maxReadFile bounds read_file.
 const maxReadFile = 4 << 20
+
+// Bounds of the output files of shell commands, kept in the workspace
+// under sandboxes.OutputsDir for the model to read when the result it was
+// given was cut.
+const (
+	// MaxKeptOutput bounds one command's output file: of stdout and of
+	// stderr it keeps the first and last MaxKeptOutput/4 bytes, and says
+	// where and how much it left out.
+	MaxKeptOutput = 8 << 20
+	// KeptOutputs is how many output files a workspace keeps; older
+	// ones are deleted when a new one is written.
+	KeptOutputs = 20
+)
 
 // RunTool runs one tool call in the session's sandbox. Problems the model
 // can act on (bad arguments, a failing command, a missing file) are results
@@ -174,8 +187,11 @@ func badArgs(res ToolResult, usage string, err error) ToolResult {
 }
 
 func (a *Activities) shell(ctx context.Context, sb *sandboxes.Sandbox, in ToolInput, command string, timeout time.Duration, res ToolResult) (ToolResult, error) {
-	logPath := fmt.Sprintf(".agentbot/outputs/turn%d-step%d-%s.log", in.Turn, in.Step, safeName(in.Call.ID))
-	spill := &spillWriter{max: MaxToolOutput, open: func() (io.WriteCloser, <-chan error) {
+	logPath := fmt.Sprintf("%s/turn%d-step%d-%s.log", sandboxes.OutputsDir, in.Turn, in.Step, safeName(in.Call.ID))
+	// The file is opened once the output passes what one stream's share
+	// of the result holds, so that whenever the result is cut, the file
+	// exists.
+	spill := &spillWriter{max: MaxToolOutput / 2, limit: MaxKeptOutput, open: func() (io.WriteCloser, <-chan error) {
 		pr, pw := io.Pipe()
 		done := make(chan error, 1)
 		go func() {
@@ -187,9 +203,12 @@ func (a *Activities) shell(ctx context.Context, sb *sandboxes.Sandbox, in ToolIn
 	}}
 	out, err := sb.Exec(ctx, sandboxes.ExecRequest{
 		Command: command, Timeout: timeout, MaxOutput: MaxToolOutput / 2,
-		Stdout: spill, Stderr: spill,
+		// Half of the file's bound for each stream: the sandbox hands
+		// the file the head and tail of each, and says what it left out.
+		MaxStream: MaxKeptOutput / 2,
+		Stdout:    spillStream{spill, "stdout"}, Stderr: spillStream{spill, "stderr"},
 	})
-	spilled := spill.finish()
+	wrote, spilled := spill.finish()
 	switch {
 	case err != nil && errors.Is(err, sandboxes.ErrTimeout):
 	case err != nil && ctx.Err() != nil:
@@ -215,66 +234,133 @@ func (a *Activities) shell(ctx context.Context, sb *sandboxes.Sandbox, in ToolIn
 		b.WriteString("stderr:\n" + out.Stderr.String() + "\n")
 	}
 	if out.Stdout.Truncated() || out.Stderr.Truncated() {
-		if spilled == nil {
+		switch left := spill.leftOut(); {
+		case spilled != nil:
+			fmt.Fprintf(&b, "[output was cut; saving it to a file failed: %v]\n", spilled)
+		case left > 0:
+			fmt.Fprintf(&b, "[output was cut; %s keeps the first and last %d MiB of stdout and of stderr, %d bytes were left out]\n",
+				logPath, MaxKeptOutput/4>>20, left)
+		default:
 			fmt.Fprintf(&b, "[output was cut; the whole output is in %s]\n", logPath)
-		} else {
-			fmt.Fprintf(&b, "[output was cut; saving it whole failed: %v]\n", spilled)
 		}
+	}
+	if wrote && spilled == nil {
+		a.pruneOutputs(ctx, sb)
 	}
 	res.OK = !out.TimedOut && out.ExitCode == 0
 	res.Output = capText(b.String(), MaxToolOutput, "")
 	return res, nil
 }
 
-// spillWriter keeps output in memory up to max bytes; past that it streams
-// everything (what it held first) to a writer it opens then.
-type spillWriter struct {
-	mu   sync.Mutex
-	max  int
-	buf  []byte
-	open func() (io.WriteCloser, <-chan error)
-	w    io.WriteCloser
-	done <-chan error
-	err  error
+// pruneScript deletes all but the newest KeptOutputs output files from
+// OutputsDir. Only files named as shell names them: the user's own files
+// there are not ours to delete.
+var pruneScript = fmt.Sprintf(`cd %s 2>/dev/null || exit 0
+ls -1t | grep -E '^turn[0-9]+-step[0-9]+-[A-Za-z0-9_-]+\.log$' | tail -n +%d | while IFS= read -r f; do rm -f -- "$f"; done
+exit 0`, sandboxes.OutputsDir, KeptOutputs+1)
+
+// pruneOutputs keeps OutputsDir to the newest KeptOutputs files. It runs
+// after a command whose output went to a file, in the sandbox (the one way
+// to list files that every backend has). A failure is left for the next
+// time: housekeeping must not fail the tool call.
+func (a *Activities) pruneOutputs(ctx context.Context, sb *sandboxes.Sandbox) {
+	_, _ = sb.Exec(ctx, sandboxes.ExecRequest{Command: pruneScript, Timeout: time.Minute, MaxOutput: 1 << 10})
 }
 
-func (s *spillWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return len(p), nil // the command's output must not fail because the log did
+// spillWriter keeps a command's output in memory up to max bytes; past
+// that it streams everything (what it held first) to a file it opens then.
+// What reaches it is bounded already (ExecRequest.MaxStream: the head and
+// tail of each stream, and a Skip where the middle was left out, which it
+// notes in the file); it writes at most limit bytes of output all the same,
+// so that the file is bounded whatever it is given.
+type spillWriter struct {
+	mu      sync.Mutex
+	max     int
+	limit   int64
+	buf     []byte
+	open    func() (io.WriteCloser, <-chan error)
+	w       io.WriteCloser
+	done    <-chan error
+	err     error
+	written int64 // bytes of output kept
+	skipped int64 // bytes the sandbox left out (Skip)
+	over    int64 // bytes left out past limit
+}
+
+// spillStream is one stream of a command as its spillWriter sees it.
+type spillStream struct {
+	s    *spillWriter
+	name string // "stdout" or "stderr"
+}
+
+func (w spillStream) Write(p []byte) (int, error) {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	n := len(p)
+	if room := w.s.limit - w.s.written; int64(len(p)) > room {
+		w.s.over += int64(len(p)) - room
+		p = p[:room]
+	}
+	w.s.written += int64(len(p))
+	w.s.write(p)
+	// The command's output must not fail because the file did.
+	return n, nil
+}
+
+// Skip implements sandboxes.Skipper: the file says where, and how much,
+// the sandbox left out.
+func (w spillStream) Skip(n int64) {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	w.s.skipped += n
+	w.s.write(fmt.Appendf(nil, "\n[... %d bytes of %s left out ...]\n", n, w.name))
+}
+
+// write adds p to the buffer or the file; s.mu is held.
+func (s *spillWriter) write(p []byte) {
+	if s.err != nil || len(p) == 0 {
+		return
 	}
 	if s.w == nil && len(s.buf)+len(p) <= s.max {
 		s.buf = append(s.buf, p...)
-		return len(p), nil
+		return
 	}
 	if s.w == nil {
 		s.w, s.done = s.open()
 		if _, err := s.w.Write(s.buf); err != nil {
 			s.err = err
-			return len(p), nil
+			return
 		}
 		s.buf = nil
 	}
 	if _, err := s.w.Write(p); err != nil {
 		s.err = err
 	}
-	return len(p), nil
 }
 
-// finish closes the spill file, if one was opened, and says whether saving
-// it failed.
-func (s *spillWriter) finish() error {
+// leftOut is how many bytes of output the file does not have.
+func (s *spillWriter) leftOut() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skipped + s.over
+}
+
+// finish closes the file, if one was opened, and says whether it was
+// (wrote) and whether writing it failed.
+func (s *spillWriter) finish() (wrote bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.w == nil {
-		return nil
+		return false, nil
+	}
+	if s.over > 0 {
+		s.write(fmt.Appendf(nil, "\n[... %d more bytes left out: output files keep at most %d bytes ...]\n", s.over, s.limit))
 	}
 	s.w.Close()
 	if err := <-s.done; err != nil {
-		return err
+		return true, err
 	}
-	return s.err
+	return true, s.err
 }
 
 // capText keeps the head and tail of s within max bytes, saying what was

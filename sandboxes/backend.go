@@ -2,6 +2,8 @@ package sandboxes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"io/fs"
 	"time"
@@ -46,6 +48,12 @@ type Instance interface {
 	// ctx.Err() (the caller tells a timeout from a cancellation).
 	// Processes the command leaves running in the background may outlive
 	// Exec (as with docker exec); Stop and Destroy kill them.
+	//
+	// A backend that fetches output from afar need not read all of a
+	// stream longer than req.MaxStream: it may write the first
+	// MaxStream/2 bytes, call Skip on the writer (stdout and stderr are
+	// Skippers) with the number of bytes it left out, and write the last
+	// MaxStream - MaxStream/2. It writes nothing after Exec returns.
 	Exec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (exitCode int, err error)
 	// ReadFile opens the file at path for reading.
 	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
@@ -85,9 +93,35 @@ type Pauser interface {
 
 // Lister is an optional interface of a Backend that can list the sandboxes
 // it created (containers labelled by agentbot, cloud sandboxes with our
-// metadata), so orphans can be found and removed.
+// metadata), so orphans can be found and removed. Registry.List calls it,
+// or returns ErrUnsupported for a backend without it.
 type Lister interface {
-	List(ctx context.Context) ([]State, error)
+	// List returns every sandbox of the backend, running or stopped,
+	// with the labels it was created with. Sandboxes being destroyed
+	// may or may not be listed.
+	List(ctx context.Context) ([]Listed, error)
+}
+
+// Listed is one sandbox as a Lister reports it.
+type Listed struct {
+	State
+	// Labels are the Spec.Labels the sandbox was created with (without
+	// the backend's own).
+	Labels map[string]string `json:"labels,omitempty"`
+	// Created is when the sandbox was created (for E2B: last started),
+	// or zero when the backend cannot tell.
+	Created time.Time `json:"created,omitzero"`
+}
+
+// Remover is an optional interface of a Backend that can delete a sandbox
+// from its State alone, without attaching to it first (which would start
+// a stopped container, resume a paused VM, or need a Root a listing does
+// not have). Registry.Destroy uses it, and falls back to Attach and
+// Destroy for a backend without it.
+type Remover interface {
+	// Remove deletes the sandbox state names, as Instance.Destroy does.
+	// A sandbox that does not exist gives an error matching ErrNotFound.
+	Remove(ctx context.Context, state State) error
 }
 
 // State is the small, serialisable description of a sandbox that a workflow
@@ -128,6 +162,17 @@ type Spec struct {
 	// Labels are attached where the backend can (container labels, cloud
 	// metadata), for finding sandboxes later.
 	Labels map[string]string
+	// Key, when set, names the sandbox for find-or-create: a Create with
+	// the Key of a sandbox that exists returns that sandbox (started again
+	// if it was stopped) instead of making another, so that a retried
+	// Create makes one sandbox, not two. The rest of the spec is not
+	// compared: the caller chooses keys that stand for the whole spec
+	// (agentflow's stand for a session, a backend, a root and a
+	// generation). A
+	// sandbox that was destroyed frees its key. Backends store the key
+	// hashed (see KeyHash); it must not hold secrets all the same.
+	// Optional; at most MaxKeyLen bytes.
+	Key string
 }
 
 // ExecRequest is one command to run in a sandbox.
@@ -147,8 +192,17 @@ type ExecRequest struct {
 	// head and the tail are kept and the cut is reported. Zero means
 	// DefaultMaxOutput.
 	MaxOutput int
-	// Stdout and Stderr, when set, also receive the whole output as it
-	// comes (for keeping the full output in a file, or live progress).
+	// MaxStream caps how many bytes of each stream Stdout and Stderr
+	// receive. Of a longer stream they get the first MaxStream/2 bytes
+	// as they come and the last MaxStream/2 once the command has ended;
+	// between the two, a writer that implements Skipper is told how many
+	// bytes it did not get. Zero means DefaultMaxStream. It bounds what a
+	// caller keeps of a command that prints without end (yes), and what
+	// a backend that fetches output from afar reads.
+	MaxStream int
+	// Stdout and Stderr, when set, also receive the output as it comes,
+	// up to MaxStream bytes of each stream (for keeping the output in a
+	// file, or live progress).
 	Stdout, Stderr io.Writer
 }
 
@@ -171,7 +225,20 @@ type ExecResult struct {
 const (
 	DefaultExecTimeout = 2 * time.Minute
 	DefaultMaxOutput   = 64 << 10
+	DefaultMaxStream   = 8 << 20
 )
+
+// MaxKeyLen is the longest Spec.Key a Registry accepts.
+const MaxKeyLen = 512
+
+// KeyHash is the form in which backends store and look up a Spec.Key: 40
+// lower-case hex digits (the first 160 bits of its SHA-256), short enough
+// for container names and cloud labels, and the same for the same key in
+// every process.
+func KeyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:20])
+}
 
 // MarkerEnv is the environment variable a backend sets in every command it
 // runs, to "<sandbox id>/<nonce>", so that it can find the command's

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Registry holds the backends a program can use, by name. Build one
@@ -86,7 +88,8 @@ func (r *Registry) Available(ctx context.Context) []Availability {
 	return out
 }
 
-// Create makes a new sandbox on the named backend.
+// Create makes a new sandbox on the named backend, or, when spec.Key is
+// set and a sandbox with that key exists, returns that one, running.
 func (r *Registry) Create(ctx context.Context, backend string, spec Spec) (*Sandbox, error) {
 	b, err := r.Backend(backend)
 	if err != nil {
@@ -94,6 +97,9 @@ func (r *Registry) Create(ctx context.Context, backend string, spec Spec) (*Sand
 	}
 	if spec.Root != "" && !isAbs(spec.Root) {
 		return nil, &Error{Op: "create", Backend: backend, Err: Invalidf("root %q is not an absolute path", spec.Root)}
+	}
+	if len(spec.Key) > MaxKeyLen || strings.IndexByte(spec.Key, 0) >= 0 || !utf8.ValidString(spec.Key) {
+		return nil, &Error{Op: "create", Backend: backend, Err: Invalidf("key is longer than %d bytes, holds a NUL byte or is not UTF-8", MaxKeyLen)}
 	}
 	inst, err := b.Create(ctx, spec)
 	if err != nil {
@@ -117,6 +123,48 @@ func (r *Registry) Attach(ctx context.Context, state State) (*Sandbox, error) {
 		return nil, wrap("attach", state.Backend, state.ID, err)
 	}
 	return New(state.Backend, inst), nil
+}
+
+// List returns the sandboxes of the named backend (see Lister). A backend
+// that cannot list gives an error matching ErrUnsupported.
+func (r *Registry) List(ctx context.Context, backend string) ([]Listed, error) {
+	b, err := r.Backend(backend)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := b.(Lister)
+	if !ok {
+		return nil, &Error{Op: "list", Backend: backend, Err: ErrUnsupported}
+	}
+	list, err := l.List(ctx)
+	if err != nil {
+		return nil, wrap("list", backend, "", err)
+	}
+	for i := range list {
+		list[i].Backend = backend
+	}
+	return list, nil
+}
+
+// Destroy deletes the sandbox that state describes without handing it out:
+// through the backend's Remover where it has one, else by attaching to it
+// and destroying it. A sandbox that no longer exists gives ErrNotFound.
+func (r *Registry) Destroy(ctx context.Context, state State) error {
+	b, err := r.Backend(state.Backend)
+	if err != nil {
+		return err
+	}
+	if state.ID == "" {
+		return &Error{Op: "destroy", Backend: state.Backend, Err: Invalidf("empty sandbox ID")}
+	}
+	if rm, ok := b.(Remover); ok {
+		return wrap("destroy", state.Backend, state.ID, rm.Remove(ctx, state))
+	}
+	inst, err := b.Attach(ctx, state)
+	if err != nil {
+		return wrap("destroy", state.Backend, state.ID, err)
+	}
+	return New(state.Backend, inst).Destroy(ctx)
 }
 
 func isAbs(p string) bool { return len(p) > 0 && p[0] == '/' }

@@ -49,6 +49,23 @@ func (s *Sandbox) err(op string, err error) error {
 	return wrap(op, s.backend, s.ID(), err)
 }
 
+// Skipper is implemented by the writers Sandbox.Exec hands a backend's
+// Instance.Exec, and may be implemented by ExecRequest.Stdout and Stderr.
+// Skip(n) says that n bytes of the stream were left out at this point: a
+// backend that does not fetch the middle of a long stream calls it
+// between the head and the tail it writes, and Sandbox.Exec calls it on
+// the request's writers where it cut a stream to MaxStream.
+type Skipper interface {
+	Skip(n int64)
+}
+
+// OutputsDir is the workspace directory where callers keep what commands
+// printed (agentflow's output files). Those are records of the sandbox's
+// past, not part of the work: Snapshot leaves the directory out, so they
+// are not carried into every snapshot, fork and switch, and backends may
+// skip it when they archive.
+const OutputsDir = ".agentbot/outputs"
+
 // Exec runs req.Command in the sandbox and returns what it did.
 //
 // A non-zero exit code is not an error. When the request's Timeout passes,
@@ -60,7 +77,7 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 	if strings.TrimSpace(req.Command) == "" {
 		return ExecResult{}, s.err("exec", Invalidf("empty command"))
 	}
-	if req.Timeout < 0 || req.MaxOutput < 0 {
+	if req.Timeout < 0 || req.MaxOutput < 0 || req.MaxStream < 0 {
 		return ExecResult{}, s.err("exec", Invalidf("negative timeout or output cap"))
 	}
 	if req.Dir != "" {
@@ -81,23 +98,31 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 	if req.MaxOutput == 0 {
 		req.MaxOutput = DefaultMaxOutput
 	}
-	outCap, errCap := newCapWriter(req.MaxOutput), newCapWriter(req.MaxOutput)
-	var stdout, stderr io.Writer = outCap, errCap
-	if req.Stdout != nil {
-		stdout = io.MultiWriter(outCap, req.Stdout)
+	if req.MaxStream == 0 {
+		req.MaxStream = DefaultMaxStream
 	}
-	if req.Stderr != nil {
-		stderr = io.MultiWriter(errCap, req.Stderr)
-	}
+	// Every stream goes through a capWriter for the result and a
+	// capStream for the caller's writer, whatever the backend does, so
+	// no command's output can grow what the caller keeps past MaxStream.
+	stdout := newExecStream(req.MaxOutput, req.Stdout, req.MaxStream)
+	stderr := newExecStream(req.MaxOutput, req.Stderr, req.MaxStream)
+	// A backend that leaves out the middle of a stream must still give
+	// both: the result its MaxOutput head and tail, the writers theirs.
+	ireq := req
+	ireq.MaxStream = max(req.MaxStream, req.MaxOutput)
 
 	tctx, cancel := context.WithTimeoutCause(ctx, req.Timeout, ErrTimeout)
 	defer cancel()
 	start := time.Now()
-	code, err := s.inst.Exec(tctx, req, stdout, stderr)
+	code, err := s.inst.Exec(tctx, ireq, stdout, stderr)
+	// The backend is done writing: the caller's writers get the tails.
+	if cerr := errors.Join(stdout.close(), stderr.close()); cerr != nil && err == nil {
+		err = fmt.Errorf("writing the output: %w", cerr)
+	}
 	res := ExecResult{
 		ExitCode: code,
-		Stdout:   outCap.Output(),
-		Stderr:   errCap.Output(),
+		Stdout:   stdout.keep.Output(),
+		Stderr:   stderr.keep.Output(),
 		Duration: time.Since(start),
 	}
 	if err == nil {

@@ -43,8 +43,9 @@ const SnapshotContentType = "application/vnd.agentbot.snapshot.v1+tar+zstd"
 // zstd-compressed tar of workspace-relative paths with their permission
 // bits, directories (empty ones too) and symbolic links that stay inside the
 // workspace. Owners are dropped. Devices, sockets, FIFOs and links pointing
-// outside are left out and listed in the returned info. The snapshot is
-// streamed: memory does not grow with the workspace's size.
+// outside are left out and listed in the returned info; OutputsDir is left
+// out without a word. The snapshot is streamed: memory does not grow with
+// the workspace's size.
 func (s *Sandbox) Snapshot(ctx context.Context, w io.Writer) (SnapshotInfo, error) {
 	info, err := s.snapshot(ctx, w)
 	return info, s.err("snapshot", err)
@@ -108,7 +109,7 @@ func normalize(tr *tar.Reader, tw *tar.Writer) (SnapshotInfo, error) {
 		if err != nil {
 			return info, err
 		}
-		if name == "." {
+		if name == "." || inOutputs(name) {
 			continue
 		}
 		out := &tar.Header{
@@ -298,6 +299,13 @@ func checkArchive(tr *tar.Reader, tw *tar.Writer) (SnapshotInfo, error) {
 		}
 	}
 	return info, tw.Close()
+}
+
+// inOutputs reports whether the clean workspace-relative name is OutputsDir
+// or below it.
+func inOutputs(name string) bool {
+	rest, ok := strings.CutPrefix(name, OutputsDir)
+	return ok && (rest == "" || rest[0] == '/')
 }
 
 // entryName cleans an archive entry name ("./a/b/", "a/b") to "a/b",

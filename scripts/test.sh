@@ -23,6 +23,22 @@ staticcheck ./...
 workflowcheck ./agentflow/...
 
 echo "== tests" >&2
+# Every test removes the containers it made, even when it fails. Those of
+# the test image all carry its label agentbot.recipe (build-test-image.sh):
+# one that appears during this run and outlives it is a leak, and fails it.
+test_containers() { docker ps -aq --no-trunc --filter label=agentbot.recipe | sort; }
+containers_before="$(test_containers)"
+check_leaks() {
+	local status=$? leaked
+	leaked="$(comm -13 <(echo "$containers_before") <(test_containers))"
+	if [[ -n "$leaked" ]]; then
+		echo "== FAIL: the tests left these containers behind:" >&2
+		docker ps -a --no-trunc --filter label=agentbot.recipe --format '{{.ID}} {{.Status}} {{.Labels}}' | grep -F "$leaked" >&2
+		status=1
+	fi
+	exit "$status"
+}
+trap check_leaks EXIT
 if (($# == 0)); then
 	set -- ./...
 fi

@@ -112,7 +112,8 @@ func TestSlackEndToEnd(t *testing.T) {
 
 	// 4. "!agent fork" opens a new thread; both go on independently.
 	before := len(fs.Messages(ch))
-	fs.PostUserMessage(ch, "UALICE", "!agent fork onto local --backend local", root)
+	// Options come before the title: the fork is on local.
+	fs.PostUserMessage(ch, "UALICE", "!agent fork --backend local onto local", root)
 	waitReply(root, "Forked into")
 	var forkRoot string
 	if err := fs.WaitFor(ctx, func(*fakeslack.Server) bool {
@@ -127,7 +128,8 @@ func TestSlackEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReply(forkRoot, "Forked from")
-	fs.PostUserMessage(ch, "UALICE", "sh: echo only-in-fork > fork.txt; ls", forkRoot)
+	fs.PostUserMessage(ch, "UALICE", "sh: echo only-in-fork > fork.txt; ls; test -f /.dockerenv || echo not-in-a-container", forkRoot)
+	waitReply(forkRoot, "not-in-a-container")
 	waitReply(forkRoot, "fork.txt")
 	fs.PostUserMessage(ch, "UALICE", "sh: ls; echo listed-parent", root)
 	waitReply(root, "listed-parent")

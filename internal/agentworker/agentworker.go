@@ -170,6 +170,10 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 	// (which is never run twice) nor a model call.
 	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{WorkerStopTimeout: cfg.DrainTimeout})
 	Register(wk.w, acts)
+	// One reaper schedule per namespace; see docs/architecture.md (Sandboxes).
+	if err := agentflow.EnsureReaper(ctx, tc, agentflow.ReaperOptions{Interval: cfg.ReapInterval, Grace: cfg.ReapGrace, Retention: cfg.Retention}); err != nil {
+		logger.Warn("no reaper schedule: orphaned sandboxes and expired session data stay until it exists", "error", err)
+	}
 	ok = true
 	return wk, nil
 }
@@ -178,6 +182,7 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 func Register(w worker.Registry, acts *agentflow.Activities) {
 	w.RegisterWorkflowWithOptions(agentflow.AgentWorkflow, workflow.RegisterOptions{Name: agentflow.AgentWorkflowName})
 	w.RegisterWorkflowWithOptions(agentflow.SessionManagerWorkflow, workflow.RegisterOptions{Name: agentflow.SessionManagerWorkflowName})
+	w.RegisterWorkflowWithOptions(agentflow.ReaperWorkflow, workflow.RegisterOptions{Name: agentflow.ReaperWorkflowName})
 	w.RegisterActivity(acts)
 }
 

@@ -74,6 +74,13 @@ type Config struct {
 	MaxSteps    int
 	IdleTimeout time.Duration
 	ToolTimeout time.Duration
+
+	// The reaper (agentflow.EnsureReaper): how often it sweeps, how old a
+	// sandbox must be before it may be reaped, how long an ended
+	// session's blobs stay.
+	ReapInterval time.Duration
+	ReapGrace    time.Duration
+	Retention    time.Duration
 	// DrainTimeout is how long a stopping worker lets running activities
 	// (a shell command, a model call) finish before it cancels them.
 	DrainTimeout time.Duration
@@ -153,6 +160,9 @@ var Vars = []Var{
 	{"AGENTBOT_MAX_STEPS", "24", "model calls per turn"},
 	{"AGENTBOT_IDLE_TIMEOUT", "30m", "idle time before a sandbox is snapshotted and stopped"},
 	{"AGENTBOT_TOOL_TIMEOUT", "2m", "default time limit of a shell command"},
+	{"AGENTBOT_REAP_INTERVAL", "10m", "how often the reaper destroys orphaned sandboxes and deletes expired session data"},
+	{"AGENTBOT_REAP_GRACE", "10m", "sandboxes younger than this are never reaped"},
+	{"AGENTBOT_RETENTION", "168h", "how long the blob store keeps what an ended session left"},
 	{"AGENTBOT_DRAIN_TIMEOUT", "5m", "on SIGTERM, how long the worker lets running commands and model calls finish before it cancels them (match the pod's terminationGracePeriodSeconds)"},
 	{"REDIS_URL", "(empty: in memory)", "Redis for the thread cache and event de-duplication"},
 	{"SLACK_BOT_TOKEN", "", "Slack bot token (xoxb-…; secret); set to serve Slack"},
@@ -273,6 +283,9 @@ func Load(environ []string) (Config, error) {
 		MaxSteps:           int(num("AGENTBOT_MAX_STEPS", 24)),
 		IdleTimeout:        dur("AGENTBOT_IDLE_TIMEOUT", 30*time.Minute),
 		ToolTimeout:        dur("AGENTBOT_TOOL_TIMEOUT", 2*time.Minute),
+		ReapInterval:       dur("AGENTBOT_REAP_INTERVAL", 10*time.Minute),
+		ReapGrace:          dur("AGENTBOT_REAP_GRACE", 10*time.Minute),
+		Retention:          dur("AGENTBOT_RETENTION", 7*24*time.Hour),
 		DrainTimeout:       dur("AGENTBOT_DRAIN_TIMEOUT", 5*time.Minute),
 		RedisURL:           get("REDIS_URL", ""),
 		SlackBotToken:      get("SLACK_BOT_TOKEN", ""),

@@ -89,6 +89,7 @@ type sandbox struct {
 	Env, Labels        map[string]string
 	CPU, Mem, Disk     float64
 	Dir                string
+	Created            time.Time
 	state, target      string
 	changeAt           time.Time
 	pgids              map[int]bool
@@ -418,7 +419,7 @@ func (s *Server) dto(sb *sandbox) map[string]any {
 		"id": sb.ID, "organizationId": "fake-org", "name": sb.Name, "snapshot": sb.Snapshot, "user": "daytona",
 		"env": nonNil(sb.Env), "labels": nonNil(sb.Labels), "public": false, "networkBlockAll": false,
 		"target": "local", "cpu": sb.CPU, "gpu": 0, "memory": sb.Mem, "disk": sb.Disk, "state": sb.state,
-		"toolboxProxyUrl": s.URL + "/toolbox",
+		"toolboxProxyUrl": s.URL + "/toolbox", "createdAt": sb.Created.Format(time.RFC3339Nano),
 	}
 }
 
@@ -482,7 +483,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb := &sandbox{ID: id, Name: req.Name, Snapshot: req.Snapshot, Env: req.Env, Labels: req.Labels,
-		CPU: or(req.CPU, 1), Mem: or(req.Memory, 1), Disk: or(req.Disk, 3), Dir: dir,
+		CPU: or(req.CPU, 1), Mem: or(req.Memory, 1), Disk: or(req.Disk, 3), Dir: dir, Created: time.Now().UTC(),
 		state: "creating", target: "started", changeAt: time.Now().Add(s.opts.StateDelay), pgids: map[int]bool{}}
 	if sb.Name == "" {
 		sb.Name = id

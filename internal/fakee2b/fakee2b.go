@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -416,7 +417,7 @@ func (s *Server) sandboxJSON(sb *sandbox) map[string]any {
 
 func (s *Server) detailJSON(sb *sandbox, withToken bool) map[string]any {
 	m := map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
-		"startedAt": sb.started.Format(time.RFC3339), "endAt": sb.end.Format(time.RFC3339),
+		"startedAt": sb.started.Format(time.RFC3339Nano), "endAt": sb.end.Format(time.RFC3339),
 		"cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024, "state": sb.state, "envdVersion": "0.4.0"}
 	if sb.meta != nil {
 		m["metadata"] = sb.meta
@@ -427,21 +428,64 @@ func (s *Server) detailJSON(sb *sandbox, withToken bool) map[string]any {
 	return m
 }
 
+// list serves GET /v2/sandboxes: the metadata filter ("k=v&k2=v2", each
+// part URL-encoded), the state filter (comma-separated), and pages of
+// limit sandboxes (oldest first), the next page's token in X-Next-Token.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	want, _ := url.ParseQuery(r.URL.Query().Get("metadata"))
+	q := r.URL.Query()
+	want, err := url.ParseQuery(q.Get("metadata"))
+	if err != nil {
+		apiErr(w, http.StatusBadRequest, "bad metadata filter: "+err.Error())
+		return
+	}
+	states := map[string]bool{}
+	for _, st := range strings.Split(q.Get("state"), ",") {
+		if st != "" {
+			states[st] = true
+		}
+	}
+	limit := 100
+	if l := q.Get("limit"); l != "" {
+		if n, err := strconv.Atoi(l); err == nil && n > 0 {
+			limit = n
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []any{}
+	var match []*sandbox
 	for _, sb := range s.sbx {
-		ok := true
+		ok := len(states) == 0 || states[sb.state]
 		for k := range want {
 			if sb.meta[k] != want.Get(k) {
 				ok = false
 			}
 		}
 		if ok {
-			out = append(out, s.detailJSON(sb, false))
+			match = append(match, sb)
 		}
+	}
+	slices.SortFunc(match, func(a, b *sandbox) int {
+		if c := a.started.Compare(b.started); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	start := 0
+	if tok := q.Get("nextToken"); tok != "" {
+		n, err := strconv.Atoi(tok)
+		if err != nil || n < 0 || n > len(match) {
+			apiErr(w, http.StatusBadRequest, "bad nextToken")
+			return
+		}
+		start = n
+	}
+	end := min(start+limit, len(match))
+	out := []any{}
+	for _, sb := range match[start:end] {
+		out = append(out, s.detailJSON(sb, false))
+	}
+	if end < len(match) {
+		w.Header().Set("X-Next-Token", strconv.Itoa(end))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -2,12 +2,26 @@
 // tests of chat adapters: a real Temporal dev server, a worker with the
 // real activities, the local and Docker sandboxes, a file blob store and the
 // fake model (DirectiveScript). The adapter under test brings its sender.
+//
+// Everything a stack makes goes when its test ends, failed or not: local
+// sandboxes live in the test's temp directory, and every container the
+// stack's Docker backend makes carries LabelRun with a value of its own, by
+// which the stack removes them all (sessions are never destroyed by the
+// tests, so their sandboxes would otherwise stay running).
 package stacktest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"maps"
 	"testing"
+	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	dockerclient "github.com/docker/docker/client"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -61,7 +75,10 @@ func Start(t *testing.T, senders map[string]agentflow.ChatSender) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	for name, b := range map[string]sandboxes.Backend{"local": lb, "docker": db} {
+	// Registered before the worker's: runs after the worker stopped, so
+	// no activity makes a container behind it.
+	docker := TrackDocker(t, db)
+	for name, b := range map[string]sandboxes.Backend{"local": lb, "docker": docker} {
 		if err := reg.Register(name, b); err != nil {
 			t.Fatal(err)
 		}
@@ -83,4 +100,77 @@ func Start(t *testing.T, senders map[string]agentflow.ChatSender) *Stack {
 	}
 	t.Cleanup(w.Stop)
 	return &Stack{Temporal: tc, Sessions: agentflow.NewClient(tc), Model: model}
+}
+
+// LabelRun is the container label of the sandboxes a stack makes; its
+// value is unique to the stack.
+const LabelRun = "agentbot.stacktest"
+
+// TrackDocker returns db with LabelRun added to every sandbox it creates,
+// and removes those containers when t ends, failed or not (register it
+// before the worker that uses it, so that it runs after the worker
+// stopped). Tests that make sandboxes they may not destroy use it.
+func TrackDocker(t *testing.T, db *dockersandbox.Backend) sandboxes.Backend {
+	run := newRunID()
+	t.Cleanup(func() { removeContainers(t, run) })
+	return labelled{Backend: db, label: run}
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// labelled is the Docker backend with LabelRun added to every sandbox it
+// creates; everything else is the backend's own.
+type labelled struct {
+	*dockersandbox.Backend
+	label string
+}
+
+func (l labelled) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.Instance, error) {
+	spec.Labels = maps.Clone(spec.Labels)
+	if spec.Labels == nil {
+		spec.Labels = map[string]string{}
+	}
+	spec.Labels[LabelRun] = l.label
+	return l.Backend.Create(ctx, spec)
+}
+
+// removeContainers removes the containers (and their workspace volumes) of
+// the stack whose LabelRun value is run, and fails the test if any is left.
+func removeContainers(t *testing.T, run string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Errorf("removing the stack's containers: %v", err)
+		return
+	}
+	defer cli.Close()
+	list := func() ([]container.Summary, error) {
+		return cli.ContainerList(ctx, container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", LabelRun+"="+run))})
+	}
+	cs, err := list()
+	if err != nil {
+		t.Errorf("listing the stack's containers: %v", err)
+		return
+	}
+	for _, c := range cs {
+		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			t.Errorf("removing container %.12s: %v", c.ID, err)
+		}
+	}
+	t.Logf("removed the %d sandbox containers of this test", len(cs))
+	left, err := list()
+	if err != nil {
+		t.Errorf("listing the stack's containers: %v", err)
+		return
+	}
+	for _, c := range left {
+		t.Errorf("container %.12s (%s) of this test is still there", c.ID, c.Labels["agentbot.session"])
+	}
 }

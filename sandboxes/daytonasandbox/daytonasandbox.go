@@ -7,10 +7,16 @@
 // and one merged output. So every command is wrapped: it runs under
 // `env -i` (a built environment, never the daemon's) with the marker
 // variable sandboxes.MarkerEnv set to "<id>/<nonce>", its stdout and stderr
-// go to two files under <home>/.agentbot-tmp, and the backend downloads
-// them while the command runs (polling, so output arrives with a delay of up
+// go to two files under <home>/.agentbot-tmp, and the backend reads them
+// while the command runs (polling, so output arrives with a delay of up
 // to a second, not as it comes) and once it ends. Stdout and stderr are thus
-// kept apart. When ctx is done, the backend drops the HTTP call and runs a
+// kept apart. It reads only what ExecRequest.MaxStream lets a caller have:
+// the first half as the command runs, the last half once it ended, in
+// ranges through execute, base64-encoded (the toolbox's download has no
+// ranges; the image needs wc, tail, head and base64). A command that
+// prints without end costs the worker no more than that; the files grow on
+// the sandbox's own disk until the command ends, and are deleted then.
+// When ctx is done, the backend drops the HTTP call and runs a
 // second execute that kills (SIGKILL) every process whose environment holds
 // the command's marker: this finds children that left the process group or
 // session (setsid, double forks); a process that cleared its environment
@@ -43,6 +49,7 @@ package daytonasandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -99,6 +106,7 @@ type Backend struct {
 var (
 	_ sandboxes.Backend = (*Backend)(nil)
 	_ sandboxes.Lister  = (*Backend)(nil)
+	_ sandboxes.Remover = (*Backend)(nil)
 )
 
 // New returns a backend. A missing key is reported by Available, not here.
@@ -162,6 +170,20 @@ type sandboxDTO struct {
 	Snapshot        string            `json:"snapshot"`
 	Env             map[string]string `json:"env"`
 	Labels          map[string]string `json:"labels"`
+	CreatedAt       string            `json:"createdAt"`
+}
+
+// Labels the backend sets on every sandbox, besides the Spec's.
+const (
+	labelAgentbot = "agentbot"      // "1": made by agentbot; List filters on it
+	labelName     = "agentbot.name" // the sanitised Spec.Name
+	labelKey      = "agentbot.key"  // sandboxes.KeyHash(Spec.Key)
+)
+
+// created parses CreatedAt; zero when absent or malformed.
+func (s *sandboxDTO) created() time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s.CreatedAt)
+	return t
 }
 
 type listResponse struct {
@@ -252,6 +274,16 @@ func intp(v int) *int {
 }
 
 // Create implements sandboxes.Backend.
+//
+// With spec.Key the sandbox carries the label agentbot.key (the key's
+// sandboxes.KeyHash), and Create first lists the sandboxes with it: if
+// there is one, it is started if need be and returned instead of a new
+// one (one in an error state is deleted first). Two Creates of one key at
+// once may both create; each then lists again, and all keep the sandbox
+// created first (the smaller ID on a tie), the others deleting what they
+// made. Daytona documents its list as eventually consistent: a sandbox
+// created moments before may be missing from it, and then two may stay
+// (the reaper of agentflow removes the one no session points to).
 func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.Instance, error) {
 	if spec.Root != "" {
 		return nil, sandboxes.Invalidf("daytona: a workspace root cannot be chosen")
@@ -265,9 +297,21 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 	}
 	labels := map[string]string{}
 	maps.Copy(labels, spec.Labels)
-	labels["agentbot"] = "1"
+	labels[labelAgentbot] = "1"
 	if spec.Name != "" {
-		labels["agentbot.name"] = sanitize(spec.Name)
+		labels[labelName] = sanitize(spec.Name)
+	}
+	keyHash := ""
+	if spec.Key != "" {
+		keyHash = sandboxes.KeyHash(spec.Key)
+		labels[labelKey] = keyHash
+		first, err := b.keyed(ctx, keyHash)
+		if err != nil {
+			return nil, err
+		}
+		if first != nil {
+			return b.adopt(ctx, first, spec, snap)
+		}
 	}
 	req := createRequest{
 		Snapshot: snap, Env: spec.Env, Labels: labels,
@@ -284,14 +328,74 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 	if s.ID == "" {
 		return nil, errors.New("daytona: create answered no sandbox id")
 	}
+	if keyHash != "" {
+		if first, err := b.keyed(ctx, keyHash); err == nil && first != nil && first.ID != s.ID {
+			// Another Create of the key made one first: keep that one.
+			b.deleteQuietly(ctx, s.ID)
+			return b.adopt(ctx, first, spec, snap)
+		}
+	}
 	inst, err := b.finishCreate(ctx, &s, spec, snap)
 	if err != nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_, _ = b.c.do(dctx, request{method: http.MethodDelete, url: b.sandboxURL(s.ID, "")})
+		b.deleteQuietly(ctx, s.ID)
 		return nil, err
 	}
 	return inst, nil
+}
+
+// deleteQuietly deletes sandbox id, even when ctx is done, ignoring errors:
+// it cleans up after a failed or superseded create.
+func (b *Backend) deleteQuietly(ctx context.Context, id string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_, _ = b.c.do(dctx, request{method: http.MethodDelete, url: b.sandboxURL(id, "")})
+}
+
+// keyed returns the usable sandbox labelled with keyHash that was created
+// first, or nil when there is none. Sandboxes of the key in an error state
+// are deleted on the way: they can never be handed out.
+func (b *Backend) keyed(ctx context.Context, keyHash string) (*sandboxDTO, error) {
+	list, err := b.list(ctx, map[string]string{labelAgentbot: "1", labelKey: keyHash})
+	if err != nil {
+		return nil, fmt.Errorf("daytona: looking for the sandbox of the key: %w", err)
+	}
+	var first *sandboxDTO
+	for i := range list {
+		s := &list[i]
+		switch s.State {
+		case "destroyed", "destroying":
+			continue
+		case "error", "build_failed":
+			b.deleteQuietly(ctx, s.ID)
+			continue
+		}
+		if first == nil || s.created().Before(first.created()) || (s.created().Equal(first.created()) && s.ID < first.ID) {
+			first = s
+		}
+	}
+	return first, nil
+}
+
+// adopt returns the existing sandbox s of a key as a Create does: started,
+// with its workspace made.
+func (b *Backend) adopt(ctx context.Context, s *sandboxDTO, spec sandboxes.Spec, snap string) (sandboxes.Instance, error) {
+	if s.State == "stopping" {
+		var err error
+		if s, err = b.waitState(ctx, s.ID, "stopped"); err != nil {
+			return nil, err
+		}
+	}
+	switch s.State {
+	case "stopped", "archived", "paused":
+		if _, err := b.c.do(ctx, request{method: http.MethodPost, url: b.sandboxURL(s.ID, "/start"), idempotent: true}); err != nil {
+			return nil, mapNotFound(err, s.ID)
+		}
+		s.State = "starting"
+	}
+	if s.Snapshot != "" {
+		snap = s.Snapshot
+	}
+	return b.finishCreate(ctx, s, spec, snap)
 }
 
 func (b *Backend) finishCreate(ctx context.Context, s *sandboxDTO, spec sandboxes.Spec, snap string) (*instance, error) {
@@ -346,11 +450,38 @@ func (b *Backend) Attach(ctx context.Context, st sandboxes.State) (sandboxes.Ins
 
 // List implements sandboxes.Lister: the sandboxes labelled agentbot=1.
 // Their Root is not known without a call into each sandbox, so it is empty.
-func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
-	var out []sandboxes.State
+func (b *Backend) List(ctx context.Context) ([]sandboxes.Listed, error) {
+	list, err := b.list(ctx, map[string]string{labelAgentbot: "1"})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandboxes.Listed, 0, len(list))
+	for _, s := range list {
+		l := sandboxes.Listed{
+			State:   sandboxes.State{Backend: Name, ID: s.ID, Image: s.Snapshot, Meta: map[string]string{"state": s.State}},
+			Labels:  map[string]string{},
+			Created: s.created(),
+		}
+		for k, v := range s.Labels {
+			if k != labelAgentbot && k != labelName && k != labelKey {
+				l.Labels[k] = v
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// list returns the sandboxes that carry labels, page by page.
+func (b *Backend) list(ctx context.Context, labels map[string]string) ([]sandboxDTO, error) {
+	filter, err := json.Marshal(labels)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandboxDTO
 	cursor := ""
 	for range 100 {
-		q := url.Values{"labels": {`{"agentbot":"1"}`}, "limit": {"100"}}
+		q := url.Values{"labels": {string(filter)}, "limit": {"100"}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
@@ -358,16 +489,23 @@ func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
 		if err := b.c.json(ctx, http.MethodGet, b.opts.APIURL+"/sandbox?"+q.Encode(), nil, &page); err != nil {
 			return nil, err
 		}
-		for _, s := range page.Items {
-			out = append(out, sandboxes.State{Backend: Name, ID: s.ID, Image: s.Snapshot,
-				Meta: map[string]string{"state": s.State}})
-		}
+		out = append(out, page.Items...)
 		if page.NextCursor == nil || *page.NextCursor == "" {
 			break
 		}
 		cursor = *page.NextCursor
 	}
 	return out, nil
+}
+
+// Remove implements sandboxes.Remover: it deletes the sandbox of state.ID
+// without starting it or knowing its Root.
+func (b *Backend) Remove(ctx context.Context, state sandboxes.State) error {
+	if b.opts.APIKey == "" {
+		return fmt.Errorf("%w: no Daytona API key configured", sandboxes.ErrUnavailable)
+	}
+	_, err := b.c.do(ctx, request{method: http.MethodDelete, url: b.sandboxURL(state.ID, "")})
+	return mapNotFound(err, state.ID)
 }
 
 func sanitize(s string) string {

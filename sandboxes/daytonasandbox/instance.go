@@ -2,8 +2,10 @@ package daytonasandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"net/url"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,7 +185,8 @@ func (in *instance) Exec(ctx context.Context, req sandboxes.ExecRequest, stdout,
 		done <- result{out.ExitCode, err}
 	}()
 
-	so, se := &tail{w: stdout}, &tail{w: stderr}
+	limit := int64(cmp.Or(req.MaxStream, sandboxes.DefaultMaxStream))
+	so, se := newOutFile(stdout, outF, limit), newOutFile(stderr, errF, limit)
 	var r result
 	wait := 200 * time.Millisecond
 poll:
@@ -195,8 +199,8 @@ poll:
 		case <-time.After(wait):
 			wait = min(wait*3/2, time.Second)
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			so.fetch(pctx, in, outF)
-			se.fetch(pctx, in, errF)
+			so.poll(pctx, in)
+			se.poll(pctx, in)
 			cancel()
 		}
 	}
@@ -211,8 +215,8 @@ poll:
 	} else if r.err != nil {
 		runErr = r.err
 	}
-	so.fetch(bg, in, outF)
-	se.fetch(bg, in, errF)
+	so.finish(bg, in)
+	se.finish(bg, in)
 	_, _, _ = in.run(bg, "rm -f "+quote(outF)+" "+quote(errF))
 	if runErr != nil {
 		return -1, runErr
@@ -220,22 +224,106 @@ poll:
 	return r.code, nil
 }
 
-// tail copies the new bytes of a growing file to w.
-type tail struct {
-	mu  sync.Mutex
-	w   io.Writer
-	off int
+// readChunk is the most one call reads of an output file.
+const readChunk = 1 << 20
+
+// outFile copies one output file of a command to its writer, reading at
+// most its first head and last tail bytes (see Exec): what the worker reads
+// and holds stays bounded however much the command prints.
+type outFile struct {
+	mu         sync.Mutex
+	w          io.Writer
+	path       string
+	head, tail int64
+	off        int64 // bytes of the file handled: written or skipped
 }
 
-func (t *tail) fetch(ctx context.Context, in *instance, p string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	data, err := in.download(ctx, p)
-	if err != nil || len(data) <= t.off {
+func newOutFile(w io.Writer, p string, limit int64) *outFile {
+	return &outFile{w: w, path: p, head: limit / 2, tail: limit - limit/2}
+}
+
+// poll copies the next bytes of the head, while the command runs. A file
+// not there yet, or a failed read, is tried again at the next poll.
+func (f *outFile) poll(ctx context.Context, in *instance) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.off >= f.head {
 		return
 	}
-	t.w.Write(data[t.off:])
-	t.off = len(data)
+	_, data, err := in.readRange(ctx, f.path, f.off, min(f.head-f.off, readChunk))
+	if err == nil && len(data) > 0 {
+		f.w.Write(data)
+		f.off += int64(len(data))
+	}
+}
+
+// finish copies the rest once the command has ended: the rest of the head,
+// then, of a file longer than head and tail, a Skip of the middle and the
+// last tail bytes. The size the first read finds bounds what it reads: a
+// background process may write on.
+func (f *outFile) finish(ctx context.Context, in *instance) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	size := int64(-1) // not known before the first read
+	for {
+		var n int64
+		switch {
+		case size >= 0 && f.off >= size:
+			return
+		case size >= 0:
+			if f.off >= f.head && size-f.off > f.tail {
+				skip := size - f.tail - f.off
+				if s, ok := f.w.(sandboxes.Skipper); ok {
+					s.Skip(skip)
+				}
+				f.off += skip
+			}
+			n = min(size-f.off, readChunk)
+		case f.off < f.head:
+			n = readChunk // most outputs are read whole by this one call
+		}
+		if f.off < f.head {
+			n = min(n, f.head-f.off)
+		}
+		sz, data, err := in.readRange(ctx, f.path, f.off, n)
+		if err != nil || sz < 0 {
+			return // failed, or the command removed its own output file
+		}
+		if size < 0 {
+			size = sz
+		}
+		if n > 0 && len(data) == 0 {
+			return
+		}
+		f.w.Write(data)
+		f.off += int64(len(data))
+	}
+}
+
+// readRange returns the size of the file p in the sandbox and n bytes of it
+// from off (fewer at its end), through execute: the toolbox's download has
+// no ranges and would bring the whole file. The bytes travel base64-encoded
+// because execute's result is a JSON string. A missing file has size -1.
+func (in *instance) readRange(ctx context.Context, p string, off, n int64) (int64, []byte, error) {
+	script := fmt.Sprintf("f=%s\n[ -f \"$f\" ] || { echo -1; exit 0; }\nwc -c <\"$f\"", quote(p))
+	if n > 0 {
+		script += fmt.Sprintf("\ntail -c +%d \"$f\" 2>/dev/null | head -c %d | base64", off+1, n)
+	}
+	code, out, err := in.run(ctx, script)
+	if err != nil {
+		return 0, nil, err
+	}
+	first, rest, _ := strings.Cut(out, "\n")
+	size, perr := strconv.ParseInt(strings.TrimSpace(first), 10, 64)
+	if code != 0 || perr != nil {
+		return 0, nil, fmt.Errorf("daytona: reading %s: exit code %d: %.200s", p, code, out)
+	}
+	// StdEncoding skips the line breaks base64 puts in.
+	data, err := base64.StdEncoding.DecodeString(rest)
+	if err != nil {
+		return 0, nil, fmt.Errorf("daytona: reading %s: %w", p, err)
+	}
+	return size, data, nil
 }
 
 // killScript kills (twice, for processes forked meanwhile) every process
@@ -350,8 +438,10 @@ func (in *instance) Archive(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	t := path.Join(in.tmpDir(), nonce()+".tar")
-	code, out, err := in.run(ctx, fmt.Sprintf("mkdir -p %s && tar -C %s -cf %s . 2>&1",
-		quote(in.tmpDir()), quote(in.st.Root), quote(t)))
+	// Snapshot drops sandboxes.OutputsDir anyway; leaving it out here
+	// keeps it out of the download.
+	code, out, err := in.run(ctx, fmt.Sprintf("mkdir -p %s && tar -C %s -cf %s --exclude=%s . 2>&1",
+		quote(in.tmpDir()), quote(in.st.Root), quote(t), quote("./"+sandboxes.OutputsDir)))
 	defer func() {
 		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

@@ -716,11 +716,14 @@ func TestDockerListAndDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(list, func(st sandboxes.State) bool { return st.ID == sb.ID() })
+	i := slices.IndexFunc(list, func(l sandboxes.Listed) bool { return l.ID == sb.ID() })
 	if i < 0 {
 		t.Fatalf("List does not hold %s", sb.ID())
 	}
-	st := list[i]
+	if l := list[i]; l.Labels["agentbot.test"] != tag || time.Since(l.Created) > time.Minute {
+		t.Errorf("listed labels %v, created %v", l.Labels, l.Created)
+	}
+	st := list[i].State
 	if st.Meta["agentbot.test"] != tag || st.Meta[dockersandbox.LabelName] != "list-me" ||
 		st.Env["K"] != "v" || st.Image != testImage() || st.Backend != dockersandbox.Name {
 		t.Errorf("listed state = %+v", st)

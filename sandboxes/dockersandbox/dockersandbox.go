@@ -31,7 +31,9 @@
 // docker-init (HostConfig.Init), which reaps the zombies that exec'd
 // commands leave behind. The sandbox ID is the container ID. Containers
 // carry the label LabelSandbox (and the spec's labels and name), so
-// Backend.List finds them, orphans included. Stop stops the container;
+// Backend.List finds them, orphans included. A sandbox created with a
+// Spec.Key lives in the container named KeyName(key), which a second Create
+// of the key finds (see Create). Stop stops the container;
 // Attach starts (or unpauses) it again. Destroy removes the container and
 // its workspace volume.
 //
@@ -79,6 +81,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -126,6 +129,9 @@ const (
 	// attached with the environment it was created with. Spec.Env holds
 	// no secrets (see sandboxes.Spec).
 	LabelEnv = "dev.agentbot.env"
+	// LabelKey holds sandboxes.KeyHash of the Spec.Key of a keyed
+	// sandbox, whose container is named KeyName(key).
+	LabelKey = "dev.agentbot.key"
 	// MetaUser is the State.Meta key of the user commands run as; Attach
 	// uses it to keep running commands as the same user.
 	MetaUser    = "dev.agentbot.user"
@@ -184,6 +190,7 @@ type Backend struct {
 var (
 	_ sandboxes.Backend = (*Backend)(nil)
 	_ sandboxes.Lister  = (*Backend)(nil)
+	_ sandboxes.Remover = (*Backend)(nil)
 )
 
 // New returns a Docker backend. It does not contact the daemon: Available
@@ -240,6 +247,13 @@ const idleScript = `trap "exit 0" TERM; while :; do sleep 3600 & wait; done`
 // pulled gives an error matching sandboxes.ErrUnavailable that says how to
 // build it. Spec.Root may only be empty or Root; Spec labels must not use
 // the dev.agentbot. prefix.
+//
+// With spec.Key the container is named KeyName(spec.Key) and labelled
+// LabelKey: when the daemon answers that the name is taken, Create attaches
+// to that container instead (starting it if stopped). A container that was
+// never started is one another Create is still preparing: Create waits for
+// it, up to keyedCreateWait from its creation, and then takes it for the
+// remains of a Create that died half-way, removes it and makes a new one.
 func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.Instance, error) {
 	if spec.Root != "" && path.Clean(spec.Root) != Root {
 		return nil, sandboxes.Invalidf("docker sandboxes keep their workspace at %s; root %q cannot be used", Root, spec.Root)
@@ -281,11 +295,87 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 		WorkingDir: "/",
 		Labels:     labels,
 	}
-	resp, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(), nil, nil, containerName(name))
-	if err != nil {
-		return nil, b.daemonErr(fmt.Errorf("creating a container from %s: %w", img, err))
+	if spec.Key == "" {
+		resp, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(), nil, nil, containerName(name))
+		if err != nil {
+			return nil, b.daemonErr(fmt.Errorf("creating a container from %s: %w", img, err))
+		}
+		return b.finishCreate(ctx, resp.ID, imgInfo, spec)
 	}
-	id := resp.ID
+	labels[LabelKey] = sandboxes.KeyHash(spec.Key)
+	cname := KeyName(spec.Key)
+	for {
+		resp, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(), nil, nil, cname)
+		if err == nil {
+			return b.finishCreate(ctx, resp.ID, imgInfo, spec)
+		}
+		if !cerrdefs.IsConflict(err) {
+			return nil, b.daemonErr(fmt.Errorf("creating container %s from %s: %w", cname, img, err))
+		}
+		inst, err := b.findKeyed(ctx, cname, labels[LabelKey])
+		if err == nil || !errors.Is(err, errRetryCreate) {
+			return inst, err
+		}
+	}
+}
+
+// keyedCreateWait is how long after its creation a keyed container that
+// was never started is taken for one another Create is still preparing
+// (rather than the remains of a Create that died).
+const keyedCreateWait = time.Minute
+
+// errRetryCreate tells Create that the container of the key is gone (or
+// was removed as a dead remnant) and the name may be free again.
+var errRetryCreate = errors.New("retry the create")
+
+// findKeyed returns the sandbox in the container named cname, which must
+// carry keyHash in LabelKey, once it has been started at least once. It
+// waits while the container is being prepared by another Create, and gives
+// errRetryCreate once the name is free.
+func (b *Backend) findKeyed(ctx context.Context, cname, keyHash string) (sandboxes.Instance, error) {
+	for {
+		ins, err := b.cli.ContainerInspect(ctx, cname)
+		if cerrdefs.IsNotFound(err) {
+			return nil, errRetryCreate
+		}
+		if err != nil {
+			return nil, b.daemonErr(fmt.Errorf("inspecting container %s: %w", cname, err))
+		}
+		if ins.Config == nil || ins.Config.Labels[LabelKey] != keyHash {
+			return nil, fmt.Errorf("container %s exists but was not made for this key", cname)
+		}
+		status := ""
+		if ins.State != nil {
+			status = string(ins.State.Status)
+		}
+		created, _ := time.Parse(time.RFC3339Nano, ins.Created)
+		switch {
+		case status == container.StateCreated && time.Since(created) < keyedCreateWait,
+			status == container.StateRemoving:
+			// Another Create is preparing it, or the daemon is removing
+			// it: look again shortly.
+		case status == container.StateCreated, status == container.StateDead:
+			// Never started: the remains of a Create that died before
+			// the end. Nobody was ever handed it.
+			err := b.cli.ContainerRemove(ctx, ins.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+				return nil, fmt.Errorf("removing the half-made container %s: %w", cname, err)
+			}
+			return nil, errRetryCreate
+		default:
+			return b.Attach(ctx, sandboxes.State{Backend: Name, ID: ins.ID})
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// finishCreate prepares and starts the container id that Create made; on
+// failure it removes the container.
+func (b *Backend) finishCreate(ctx context.Context, id string, imgInfo image.InspectResponse, spec sandboxes.Spec) (sandboxes.Instance, error) {
 	ok := false
 	defer func() {
 		if !ok {
@@ -299,11 +389,18 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 	if err != nil {
 		return nil, err
 	}
+	// Starting the container is the last step: a keyed container that
+	// was never started is not ready (see findKeyed).
 	if err := prepareWorkspace(ctx, b.cli, id, user); err != nil {
 		return nil, fmt.Errorf("preparing %s: %w", Root, err)
 	}
 	if err := b.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return nil, fmt.Errorf("starting container %s: %w", id, err)
+	}
+	if spec.Key != "" {
+		// Once started, a keyed container may already be in use by
+		// another Create of its key: it is no longer ours to remove.
+		ok = true
 	}
 	ins, err := b.cli.ContainerInspect(ctx, id)
 	if err != nil {
@@ -447,11 +544,11 @@ func (b *Backend) Attach(ctx context.Context, st sandboxes.State) (sandboxes.Ins
 	return b.newSandbox(ins, user, env), nil
 }
 
-// List returns the state of every container labelled LabelSandbox on the
-// daemon, running or not, sorted by ID. State.Meta holds the Spec labels
-// (with the image's labels, which Docker copies onto the container) and
-// LabelName; Env comes from LabelEnv.
-func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
+// List returns every container labelled LabelSandbox on the daemon, running
+// or not, sorted by ID, with its creation time. Labels and State.Meta hold
+// the Spec labels (with the image's labels, which Docker copies onto the
+// container); Meta also LabelName. Env comes from LabelEnv.
+func (b *Backend) List(ctx context.Context) ([]sandboxes.Listed, error) {
 	cs, err := b.cli.ContainerList(ctx, container.ListOptions{
 		All:     true,
 		Filters: filters.NewArgs(filters.Arg("label", LabelSandbox)),
@@ -459,19 +556,46 @@ func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
 	if err != nil {
 		return nil, b.daemonErr(fmt.Errorf("listing containers: %w", err))
 	}
-	out := make([]sandboxes.State, 0, len(cs))
+	out := make([]sandboxes.Listed, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, sandboxes.State{
-			Backend: Name,
-			ID:      c.ID,
-			Root:    Root,
-			Image:   cmp.Or(c.Labels[LabelImage], c.Image),
-			Env:     labelEnv(c.Labels),
-			Meta:    labelMeta(c.Labels),
+		labels := labelMeta(c.Labels)
+		delete(labels, LabelName)
+		out = append(out, sandboxes.Listed{
+			State: sandboxes.State{
+				Backend: Name,
+				ID:      c.ID,
+				Root:    Root,
+				Image:   cmp.Or(c.Labels[LabelImage], c.Image),
+				Env:     labelEnv(c.Labels),
+				Meta:    labelMeta(c.Labels),
+			},
+			Labels:  labels,
+			Created: time.Unix(c.Created, 0),
 		})
 	}
-	slices.SortFunc(out, func(a, b sandboxes.State) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b sandboxes.Listed) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// Remove implements sandboxes.Remover: it removes the container of
+// state.ID and its workspace volume without starting it first. A container
+// without LabelSandbox is refused with sandboxes.ErrInvalid.
+func (b *Backend) Remove(ctx context.Context, state sandboxes.State) error {
+	ins, err := b.cli.ContainerInspect(ctx, state.ID)
+	if cerrdefs.IsNotFound(err) {
+		return sandboxes.NotFoundError(state.ID)
+	}
+	if err != nil {
+		return b.daemonErr(fmt.Errorf("inspecting container %s: %w", state.ID, err))
+	}
+	if ins.Config == nil || ins.Config.Labels[LabelSandbox] == "" {
+		return sandboxes.Invalidf("container %s is not an agentbot sandbox (no %s label)", state.ID, LabelSandbox)
+	}
+	err = b.cli.ContainerRemove(ctx, ins.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if cerrdefs.IsNotFound(err) {
+		return sandboxes.NotFoundError(state.ID)
+	}
+	return b.daemonErr(err)
 }
 
 func labelEnv(labels map[string]string) map[string]string {
@@ -505,6 +629,11 @@ func sanitizeName(s string) string {
 		s = strings.TrimRight(s[:40], "-._")
 	}
 	return s
+}
+
+// KeyName is the container name of the sandbox of a Spec.Key.
+func KeyName(key string) string {
+	return "agentbot-k-" + sandboxes.KeyHash(key)
 }
 
 func containerName(name string) string {

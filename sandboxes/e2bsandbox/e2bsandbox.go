@@ -100,6 +100,7 @@ type Backend struct {
 var (
 	_ sandboxes.Backend  = (*Backend)(nil)
 	_ sandboxes.Lister   = (*Backend)(nil)
+	_ sandboxes.Remover  = (*Backend)(nil)
 	_ sandboxes.Instance = (*instance)(nil)
 	_ sandboxes.Pauser   = (*instance)(nil)
 )
@@ -433,11 +434,29 @@ type sandboxJSON struct {
 	Domain          *string           `json:"domain"`
 	State           string            `json:"state"`
 	Metadata        map[string]string `json:"metadata"`
+	StartedAt       time.Time         `json:"startedAt"`
 }
+
+// Metadata keys the backend sets on every sandbox, besides the Spec's
+// labels.
+const (
+	metaAgentbot = "agentbot"      // "1": made by agentbot; List filters on it
+	metaName     = "agentbot.name" // Spec.Name
+	metaKey      = "agentbot.key"  // sandboxes.KeyHash(Spec.Key)
+)
 
 func (b *Backend) timeoutSecs() int { return int(b.opts.Timeout / time.Second) }
 
 // Create implements sandboxes.Backend.
+//
+// With spec.Key the sandbox carries the metadata agentbot.key (the key's
+// sandboxes.KeyHash), and Create first lists the running and paused
+// sandboxes with it: if there is one, it attaches to it (resuming it)
+// instead of creating. E2B has no unique names, so two Creates of one key
+// at once may both create; each then lists again, and all keep the
+// sandbox started first (the smaller ID on a tie), the others killing what
+// they made. That holds as far as E2B's list shows a sandbox as soon as it
+// is created.
 func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.Instance, error) {
 	if err := b.Available(ctx); err != nil {
 		return nil, err
@@ -453,9 +472,21 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 	for k, v := range spec.Labels {
 		meta[k] = v
 	}
-	meta["agentbot"] = "1"
+	meta[metaAgentbot] = "1"
 	if spec.Name != "" {
-		meta["agentbot.name"] = spec.Name
+		meta[metaName] = spec.Name
+	}
+	keyHash := ""
+	if spec.Key != "" {
+		keyHash = sandboxes.KeyHash(spec.Key)
+		meta[metaKey] = keyHash
+		first, err := b.keyed(ctx, keyHash)
+		if err != nil {
+			return nil, err
+		}
+		if first != nil {
+			return b.Attach(ctx, sandboxes.State{Backend: Name, ID: first.ID, Image: tmpl, Env: spec.Env})
+		}
 	}
 	body := map[string]any{"templateID": tmpl, "timeout": b.timeoutSecs(), "metadata": meta}
 	if len(spec.Env) > 0 {
@@ -468,11 +499,35 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 		return nil, fmt.Errorf("creating an E2B sandbox: %w", err)
 	}
 	inst := b.newInstance(sb, sandboxes.State{Backend: Name, ID: sb.SandboxID, Image: tmpl, Env: spec.Env})
+	if keyHash != "" {
+		first, err := b.keyed(ctx, keyHash)
+		if err == nil && first != nil && first.ID != sb.SandboxID {
+			// Another Create of the key made one first: keep that one.
+			_ = inst.kill(context.WithoutCancel(ctx))
+			return b.Attach(ctx, sandboxes.State{Backend: Name, ID: first.ID, Image: tmpl, Env: spec.Env})
+		}
+	}
 	if err := inst.findRoot(ctx); err != nil {
 		_ = inst.kill(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return inst, nil
+}
+
+// keyed returns the sandbox of keyHash that was started first, or nil when
+// there is none.
+func (b *Backend) keyed(ctx context.Context, keyHash string) (*sandboxes.Listed, error) {
+	list, err := b.list(ctx, url.Values{metaAgentbot: {"1"}, metaKey: {keyHash}})
+	if err != nil {
+		return nil, fmt.Errorf("looking for the sandbox of the key: %w", err)
+	}
+	var first *sandboxes.Listed
+	for i, l := range list {
+		if first == nil || l.Created.Before(first.Created) || (l.Created.Equal(first.Created) && l.ID < first.ID) {
+			first = &list[i]
+		}
+	}
+	return first, nil
 }
 
 func (b *Backend) newInstance(sb sandboxJSON, st sandboxes.State) *instance {
@@ -542,23 +597,65 @@ func (b *Backend) SetTimeout(ctx context.Context, id string, d time.Duration) er
 	return err
 }
 
-// List implements sandboxes.Lister: the sandboxes with agentbot's
-// metadata. Their States have no Root; Attach finds it.
-func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
+// List implements sandboxes.Lister: the running and paused sandboxes with
+// agentbot's metadata, page by page. Their States have no Root; Attach
+// finds it. Created is when the sandbox was last started (E2B reports no
+// other time), which is never earlier than its creation.
+func (b *Backend) List(ctx context.Context) ([]sandboxes.Listed, error) {
+	return b.list(ctx, url.Values{metaAgentbot: {"1"}})
+}
+
+// list lists the running and paused sandboxes whose metadata holds meta.
+func (b *Backend) list(ctx context.Context, meta url.Values) ([]sandboxes.Listed, error) {
 	if err := b.Available(ctx); err != nil {
 		return nil, err
 	}
-	var list []sandboxJSON
-	if _, err := b.jsonCall(ctx, http.MethodGet, "/v2/sandboxes?metadata="+url.QueryEscape("agentbot=1"), nil, &list); err != nil {
-		return nil, err
-	}
-	out := make([]sandboxes.State, 0, len(list))
-	for _, sb := range list {
-		st := sandboxes.State{Backend: Name, ID: sb.SandboxID, Image: sb.TemplateID, Meta: map[string]string{}}
-		if sb.State != "" {
-			st.Meta["state"] = sb.State
+	var out []sandboxes.Listed
+	next := ""
+	for range 1000 {
+		q := url.Values{"metadata": {meta.Encode()}, "state": {"running,paused"}, "limit": {"100"}}
+		if next != "" {
+			q.Set("nextToken", next)
 		}
-		out = append(out, st)
+		resp, err := b.do(ctx, call{method: http.MethodGet, url: b.opts.APIURL + "/v2/sandboxes?" + q.Encode()}, false)
+		if err != nil {
+			return nil, fmt.Errorf("listing E2B sandboxes: %w", err)
+		}
+		var page []sandboxJSON
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("decoding E2B's list of sandboxes: %w", err)
+		}
+		for _, sb := range page {
+			l := sandboxes.Listed{
+				State:   sandboxes.State{Backend: Name, ID: sb.SandboxID, Image: sb.TemplateID, Meta: map[string]string{}},
+				Labels:  map[string]string{},
+				Created: sb.StartedAt,
+			}
+			if sb.State != "" {
+				l.Meta["state"] = sb.State
+			}
+			for k, v := range sb.Metadata {
+				if k != metaAgentbot && k != metaName && k != metaKey {
+					l.Labels[k] = v
+				}
+			}
+			out = append(out, l)
+		}
+		next = resp.Header.Get("X-Next-Token")
+		if next == "" || len(page) == 0 {
+			return out, nil
+		}
 	}
 	return out, nil
+}
+
+// Remove implements sandboxes.Remover: it kills the sandbox of state.ID
+// without connecting to it (which would resume a paused one).
+func (b *Backend) Remove(ctx context.Context, state sandboxes.State) error {
+	if err := b.Available(ctx); err != nil {
+		return err
+	}
+	return (&instance{b: b, st: state}).kill(ctx)
 }

@@ -22,7 +22,7 @@ import (
 // paths: directories (empty ones too), regular files with their permission
 // bits and symbolic links with their targets as they are. FIFOs and devices
 // are written as such, for the caller to drop; sockets are left out, and so
-// are Restore's staging directories. Symbolic links are never followed and
+// are Restore's staging directories and sandboxes.OutputsDir. Symbolic links are never followed and
 // files are streamed, one at a time. An unreadable directory fails the
 // archive.
 //
@@ -93,6 +93,9 @@ func (a *archiver) dir(d *os.Root, sub, prefix string, depth int) error {
 		}
 		rel := filepath.Join(sub, e.Name())
 		name := prefix + e.Name()
+		if name == sandboxes.OutputsDir {
+			continue // Snapshot would drop it: spare reading it
+		}
 		// A regular file is opened and its header made from the open
 		// file; anything else needs its own Lstat.
 		if e.Type().IsRegular() {

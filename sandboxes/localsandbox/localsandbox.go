@@ -19,6 +19,11 @@
 //	<BaseDir>/<id>/sandbox.json  metadata: the sandbox's State and who owns its root
 //	<BaseDir>/<id>/workspace/    the workspace, unless Spec.Root chose one
 //
+// A sandbox created with a Spec.Key has the ID "loc-" plus 24 hex digits
+// of the key's sandboxes.KeyHash instead of 12 random ones, and is built in
+// a ".creating-*" directory under BaseDir that is renamed to its ID when
+// complete (see Create).
+//
 // A workspace chosen with Spec.Root belongs to the user: Destroy removes the
 // sandbox's directory under BaseDir but never deletes that workspace, and a
 // Restore into it works in a hidden ".agentbot-restore-*" directory inside it
@@ -84,7 +89,13 @@ const (
 	oldPrefix     = ".agentbot-old-"     // Restore's old entries inside a user's root
 )
 
-var idRE = regexp.MustCompile(`^loc-[0-9a-f]{12}$`)
+// idRE matches sandbox IDs: 12 random hex digits, or 24 of the KeyHash of
+// the sandbox's Spec.Key.
+var idRE = regexp.MustCompile(`^loc-[0-9a-f]{12}(?:[0-9a-f]{12})?$`)
+
+// creatingPrefix names the directory a keyed sandbox is built in before it
+// is renamed to its ID, so that it appears whole or not at all.
+const creatingPrefix = ".creating-"
 
 // Options configures the local backend.
 type Options struct {
@@ -109,6 +120,7 @@ type Backend struct {
 var (
 	_ sandboxes.Backend = (*Backend)(nil)
 	_ sandboxes.Lister  = (*Backend)(nil)
+	_ sandboxes.Remover = (*Backend)(nil)
 )
 
 // New returns a local backend keeping its sandboxes under opts.BaseDir. It
@@ -181,6 +193,9 @@ type metadata struct {
 	Name     string            `json:"name,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Created  time.Time         `json:"created"`
+	// Key is the Spec.Key the sandbox was created with; its ID is made
+	// from it.
+	Key string `json:"key,omitempty"`
 }
 
 // Create makes a new sandbox directory and returns the sandbox. Its
@@ -191,6 +206,13 @@ type metadata struct {
 // spec.Root that is not so, a spec.Image (the local backend has no images)
 // or a malformed spec.Env name give an error matching sandboxes.ErrInvalid.
 // spec.Name and spec.Labels are kept in the metadata file only.
+//
+// With spec.Key the sandbox's ID is "loc-" and 24 hex digits of
+// sandboxes.KeyHash(spec.Key): an existing sandbox with that ID (and that
+// key) is returned instead of a new one. A keyed sandbox is built in a
+// directory of its own and renamed to its ID when complete, so it is found
+// whole or not at all, and of two Creates at once one makes it and the
+// other finds it.
 func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -214,16 +236,29 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 		}
 	}
 
+	if spec.Key != "" {
+		return b.createKeyed(ctx, spec, root, userRoot)
+	}
 	id, dir, err := b.mkdirID()
 	if err != nil {
 		return nil, err
 	}
+	md, err := b.build(dir, id, spec, root, userRoot)
+	if err != nil {
+		forceRemoveAll(dir)
+		return nil, err
+	}
+	return b.newInstance(md, true), nil
+}
+
+// build fills the new directory dir of sandbox id (whose final place is
+// BaseDir/id): the workspace, unless the user chose root, and the metadata.
+func (b *Backend) build(dir, id string, spec sandboxes.Spec, root string, userRoot bool) (metadata, error) {
 	if !userRoot {
-		root = filepath.Join(dir, workspaceDir)
-		if err := os.Mkdir(root, 0o755); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("creating the workspace: %w", err)
+		if err := os.Mkdir(filepath.Join(dir, workspaceDir), 0o755); err != nil {
+			return metadata{}, fmt.Errorf("creating the workspace: %w", err)
 		}
+		root = filepath.Join(b.baseDir, id, workspaceDir)
 	}
 	st := sandboxes.State{Backend: Name, ID: id, Root: root, Env: maps.Clone(spec.Env)}
 	if userRoot {
@@ -236,10 +271,53 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 		Name:     spec.Name,
 		Labels:   maps.Clone(spec.Labels),
 		Created:  time.Now().UTC(),
+		Key:      spec.Key,
 	}
-	if err := writeMetadata(dir, md); err != nil {
-		forceRemoveAll(dir)
+	return md, writeMetadata(dir, md)
+}
+
+// createKeyed is Create with a Spec.Key: find the sandbox of the key, or
+// build it aside and rename it into place.
+func (b *Backend) createKeyed(ctx context.Context, spec sandboxes.Spec, root string, userRoot bool) (sandboxes.Instance, error) {
+	id := idPrefix + sandboxes.KeyHash(spec.Key)[:24]
+	if inst, err := b.findKeyed(ctx, id, spec.Key); err == nil || !errors.Is(err, sandboxes.ErrNotFound) {
+		return inst, err
+	}
+	tmp, err := os.MkdirTemp(b.baseDir, creatingPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("creating the sandbox directory: %w", err)
+	}
+	md, err := b.build(tmp, id, spec, root, userRoot)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(b.baseDir, id))
+		if err == nil {
+			return b.newInstance(md, true), nil
+		}
+	}
+	forceRemoveAll(tmp)
+	if errors.Is(err, fs.ErrExist) {
+		// Another Create of the key renamed its directory first.
+		return b.findKeyed(ctx, id, spec.Key)
+	}
+	return nil, fmt.Errorf("creating the sandbox directory: %w", err)
+}
+
+// findKeyed returns the sandbox id made for key, started, or an error
+// matching sandboxes.ErrNotFound when there is none. One whose workspace is
+// gone is destroyed and reported missing, so that a new one is made.
+func (b *Backend) findKeyed(ctx context.Context, id, key string) (sandboxes.Instance, error) {
+	md, err := b.readMetadata(id)
+	if err != nil {
 		return nil, err
+	}
+	if md.Key != key {
+		return nil, fmt.Errorf("sandbox %s was made for another key (a hash collision)", id)
+	}
+	if fi, err := os.Stat(md.State.Root); err != nil || !fi.IsDir() {
+		if err := b.newInstance(md, false).Destroy(ctx); err != nil && !errors.Is(err, sandboxes.ErrNotFound) {
+			return nil, fmt.Errorf("removing sandbox %s, whose workspace is gone: %w", id, err)
+		}
+		return nil, sandboxes.NotFoundError(id)
 	}
 	return b.newInstance(md, true), nil
 }
@@ -379,10 +457,10 @@ func (b *Backend) Attach(ctx context.Context, state sandboxes.State) (sandboxes.
 	return b.newInstance(md, true), nil
 }
 
-// List returns the State of every sandbox under BaseDir, sorted by ID.
-// Directories without readable metadata are left out. A missing BaseDir
-// means no sandboxes.
-func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
+// List returns every sandbox under BaseDir, with its labels and creation
+// time, sorted by ID. Directories without readable metadata are left out.
+// A missing BaseDir means no sandboxes.
+func (b *Backend) List(ctx context.Context) ([]sandboxes.Listed, error) {
 	entries, err := os.ReadDir(b.baseDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -390,7 +468,7 @@ func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
-	var out []sandboxes.State
+	var out []sandboxes.Listed
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -402,8 +480,22 @@ func (b *Backend) List(ctx context.Context) ([]sandboxes.State, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, md.State)
+		out = append(out, sandboxes.Listed{State: md.State, Labels: md.Labels, Created: md.Created})
 	}
-	slices.SortFunc(out, func(a, b sandboxes.State) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b sandboxes.Listed) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// Remove implements sandboxes.Remover: it destroys the sandbox of state.ID
+// as Instance.Destroy does, also when its workspace is gone (which Attach
+// refuses).
+func (b *Backend) Remove(ctx context.Context, state sandboxes.State) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	md, err := b.readMetadata(state.ID)
+	if err != nil {
+		return err
+	}
+	return b.newInstance(md, false).Destroy(ctx)
 }

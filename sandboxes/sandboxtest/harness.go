@@ -8,18 +8,20 @@
 // Run covers the exec contract (exit codes, separate streams, working
 // directory, environment without the host's, timeouts and cancellation that
 // kill the whole process tree, children detached with setsid included,
-// output caps, a command that outlasts the client's per-request timeout
+// output caps, a huge output that reaches the caller's writers as head,
+// Skip and tail, a command that outlasts the client's per-request timeout
 // running exactly once), files (byte-exact round trips, modes, paths and symbolic
 // links that would leave the workspace), snapshots (a round trip of every
-// kind of entry, unportable entries left out, unsafe and corrupt archives
-// refused with the workspace untouched), and the life cycle (attach from
+// kind of entry, unportable entries and sandboxes.OutputsDir left out,
+// unsafe and corrupt archives refused with the workspace untouched), and
+// the life cycle (attach from
 // another process, concurrent exec, stop and attach, destroy and NotFound,
 // background processes, detached ones included, killed by Stop and
 // Destroy). RunCross carries a workspace from one backend to another and
 // back.
 //
 // The sandboxes must have, besides a POSIX shell, /proc and the usual
-// tools: sed, tr, head, kill, sleep and setsid (busybox has them all).
+// tools: sed, tr, head, yes, kill, sleep and setsid (busybox has them all).
 //
 // Every subtest fails rather than skips: a backend under test that is not
 // available here is a failure. The attach test runs the test binary again

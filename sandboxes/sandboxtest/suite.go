@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		{"Cancel", s.testCancel},
 		{"LongExecRunsOnce", s.testLongExecRunsOnce},
 		{"OutputCap", s.testOutputCap},
+		{"HugeOutput", s.testHugeOutput},
 		{"FilesRoundTrip", s.testFilesRoundTrip},
 		{"FileModes", s.testFileModes},
 		{"FilePaths", s.testFilePaths},
@@ -84,12 +85,14 @@ func Run(t *testing.T, h Harness) {
 		{"SnapshotRestore", s.testSnapshotRestore},
 		{"SnapshotSkips", s.testSnapshotSkips},
 		{"SnapshotReadOnlyDir", s.testSnapshotReadOnlyDir},
+		{"SnapshotLeavesOutOutputs", s.testSnapshotLeavesOutOutputs},
 		{"RestoreRefusesUnsafe", s.testRestoreUnsafe},
 		{"RestoreRefusesCorrupt", s.testRestoreCorrupt},
 		{"AttachAfterExit", s.testAttachAfterExit},
 		{"ConcurrentExec", s.testConcurrentExec},
 		{"StopAttach", s.testStopAttach},
 		{"Destroy", s.testDestroy},
+		{"CreateByKey", s.testCreateByKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
