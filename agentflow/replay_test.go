@@ -255,6 +255,13 @@ func TestRecordHistories(t *testing.T) {
 	}
 	mustContain(t, "after stop", r.send(thread, "sh: echo after-stop").Answer, "after-stop")
 
+	// A reset answered on acceptance, its outcome posted by the session.
+	if _, err := r.cl.Submit(ctx, thread, agentflow.UpdateReset, "record-reset", agentflow.ResetRequest{By: "tester", Notify: true}); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	waitFor(t, "the reset's notice", func() bool { return strings.Contains(r.terminal.String(), "Started a fresh conversation") })
+	mustContain(t, "after reset", r.send(thread, "sh: cat notes.txt").Answer, "recorded")
+
 	for _, th := range []string{thread, fork.ThreadKey} {
 		if _, err := r.cl.Destroy(ctx, th, agentflow.DestroyRequest{By: "admin"}); err != nil {
 			t.Fatal(err)
