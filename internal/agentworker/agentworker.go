@@ -6,6 +6,7 @@
 package agentworker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,7 +89,8 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 	if cfg.Enabled(dockersandbox.Name) {
 		db, err := dockersandbox.New(dockersandbox.Options{
 			Image: cfg.DockerImage, Network: cfg.DockerNetwork, MemoryBytes: cfg.DockerMemory,
-			NanoCPUs: int64(cfg.DockerCPUs * 1e9), PidsLimit: cfg.DockerPids,
+			WorkspaceBytes: cmp.Or(cfg.DockerDisk, -1),
+			NanoCPUs:       int64(cfg.DockerCPUs * 1e9), PidsLimit: cfg.DockerPids,
 		})
 		if err != nil {
 			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: dockersandbox.Name, Err: err})

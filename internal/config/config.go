@@ -60,6 +60,9 @@ type Config struct {
 	DockerImage   string
 	DockerNetwork string
 	DockerMemory  int64
+	// DockerDisk bounds a Docker sandbox's workspace, where the engine
+	// supports volume quotas; 0 means none.
+	DockerDisk int64
 	DockerCPUs    float64
 	DockerPids    int64
 	// Cloud backends; the keys are secrets read by the worker only.
@@ -149,6 +152,7 @@ var Vars = []Var{
 	{"AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest", "image of Docker sandboxes"},
 	{"AGENTBOT_DOCKER_NETWORK", "none", "network of Docker sandboxes"},
 	{"AGENTBOT_DOCKER_MEMORY_MB", "1024", "memory limit of a Docker sandbox"},
+	{"AGENTBOT_DOCKER_DISK_GB", "10", "size limit of a Docker sandbox's workspace, where the engine supports volume quotas (XFS project quotas); 0 for none"},
 	{"AGENTBOT_DOCKER_CPUS", "1", "CPU limit of a Docker sandbox"},
 	{"AGENTBOT_DOCKER_PIDS", "512", "process limit of a Docker sandbox"},
 	{"E2B_API_KEY", "", "E2B API key (secret); set to enable the e2b backend"},
@@ -273,6 +277,7 @@ func Load(environ []string) (Config, error) {
 		DockerImage:        get("AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest"),
 		DockerNetwork:      get("AGENTBOT_DOCKER_NETWORK", "none"),
 		DockerMemory:       num("AGENTBOT_DOCKER_MEMORY_MB", 1024) << 20,
+		DockerDisk:         num("AGENTBOT_DOCKER_DISK_GB", 10) << 30,
 		DockerPids:         num("AGENTBOT_DOCKER_PIDS", 512),
 		E2BAPIKey:          get("E2B_API_KEY", ""),
 		E2BDomain:          get("E2B_DOMAIN", ""),

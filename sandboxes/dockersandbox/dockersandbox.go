@@ -84,12 +84,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -144,6 +147,9 @@ const (
 	DefaultMemoryBytes = 1 << 30
 	DefaultNanoCPUs    = 1_000_000_000
 	DefaultPidsLimit   = 512
+	// DefaultWorkspaceBytes bounds the workspace volume where the engine
+	// supports volume quotas.
+	DefaultWorkspaceBytes = 10 << 30
 )
 
 // DefaultPath is the PATH of every command; the image's own environment
@@ -172,6 +178,12 @@ type Options struct {
 	// has that user, else the image's configured USER, else root (with
 	// all capabilities dropped all the same).
 	User string
+	// WorkspaceBytes bounds the workspace volume (the local volume
+	// driver's "size" option) where the engine supports it (the volume
+	// directory on XFS with project quotas); default
+	// DefaultWorkspaceBytes, -1 for none. Where the engine refuses it,
+	// sandboxes are made without a bound and WorkspaceBounded says so.
+	WorkspaceBytes int64
 	// Host is the Docker daemon address ("unix:///var/run/docker.sock",
 	// "tcp://host:2376"); empty means the standard DOCKER_HOST,
 	// DOCKER_TLS_VERIFY and DOCKER_CERT_PATH environment variables, or
@@ -185,6 +197,10 @@ type Options struct {
 type Backend struct {
 	opts Options
 	cli  *client.Client
+	// noQuota is set once the engine refused a volume size: later
+	// sandboxes are made without one.
+	noQuota   atomic.Bool
+	quotaWarn sync.Once
 }
 
 var (
@@ -205,6 +221,7 @@ func New(opts Options) (*Backend, error) {
 	opts.MemoryBytes = cmp.Or(opts.MemoryBytes, DefaultMemoryBytes)
 	opts.NanoCPUs = cmp.Or(opts.NanoCPUs, DefaultNanoCPUs)
 	opts.PidsLimit = cmp.Or(opts.PidsLimit, DefaultPidsLimit)
+	opts.WorkspaceBytes = cmp.Or(opts.WorkspaceBytes, DefaultWorkspaceBytes)
 	copts := []client.Opt{client.FromEnv}
 	if opts.Host != "" {
 		copts = append(copts, client.WithHost(opts.Host))
@@ -296,7 +313,7 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 		Labels:     labels,
 	}
 	if spec.Key == "" {
-		resp, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(), nil, nil, containerName(name))
+		resp, err := b.containerCreate(ctx, cfg, containerName(name))
 		if err != nil {
 			return nil, b.daemonErr(fmt.Errorf("creating a container from %s: %w", img, err))
 		}
@@ -305,7 +322,7 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 	labels[LabelKey] = sandboxes.KeyHash(spec.Key)
 	cname := KeyName(spec.Key)
 	for {
-		resp, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(), nil, nil, cname)
+		resp, err := b.containerCreate(ctx, cfg, cname)
 		if err == nil {
 			return b.finishCreate(ctx, resp.ID, imgInfo, spec)
 		}
@@ -317,6 +334,35 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 			return inst, err
 		}
 	}
+}
+
+// containerCreate creates a container, with the workspace bounded when the
+// engine supports volume quotas. An engine that refuses the bound gets the
+// container without it, once and for all, with a warning.
+func (b *Backend) containerCreate(ctx context.Context, cfg *container.Config, name string) (container.CreateResponse, error) {
+	bounded := b.opts.WorkspaceBytes > 0 && !b.noQuota.Load()
+	resp, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(bounded), nil, nil, name)
+	if err != nil && bounded && quotaRefused(err) {
+		b.noQuota.Store(true)
+		b.quotaWarn.Do(func() {
+			slog.Warn("the Docker engine does not support workspace size limits (volume quotas); Docker sandboxes run without one",
+				"error", err)
+		})
+		resp, err = b.cli.ContainerCreate(ctx, cfg, b.hostConfig(false), nil, nil, name)
+	}
+	return resp, err
+}
+
+// quotaRefused reports the engine's refusal of a volume size.
+func quotaRefused(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "quota") || (strings.Contains(msg, "size") && strings.Contains(msg, "not supported"))
+}
+
+// WorkspaceBounded reports whether new sandboxes get a bounded workspace:
+// false when none was asked for, or once the engine refused one.
+func (b *Backend) WorkspaceBounded() bool {
+	return b.opts.WorkspaceBytes > 0 && !b.noQuota.Load()
 }
 
 // keyedCreateWait is how long after its creation a keyed container that
@@ -411,7 +457,11 @@ func (b *Backend) finishCreate(ctx context.Context, id string, imgInfo image.Ins
 }
 
 // hostConfig is where the hardening is; see the package documentation.
-func (b *Backend) hostConfig() *container.HostConfig {
+func (b *Backend) hostConfig(bounded bool) *container.HostConfig {
+	vol := &mount.VolumeOptions{Labels: map[string]string{LabelSandbox: "true"}}
+	if bounded {
+		vol.DriverConfig = &mount.Driver{Name: "local", Options: map[string]string{"size": strconv.FormatInt(b.opts.WorkspaceBytes, 10)}}
+	}
 	pids := b.opts.PidsLimit
 	init := true
 	return &container.HostConfig{
@@ -439,7 +489,7 @@ func (b *Backend) hostConfig() *container.HostConfig {
 		Mounts: []mount.Mount{{
 			Type:          mount.TypeVolume,
 			Target:        Root,
-			VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{LabelSandbox: "true"}},
+			VolumeOptions: vol,
 		}},
 	}
 }
