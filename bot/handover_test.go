@@ -23,12 +23,7 @@ import (
 // was never marked seen for good, because Temporal never got it.
 func TestRetryAfterFailedHandOver(t *testing.T) {
 	s := startOwnStack(t, stackOptions{})
-	redis := testenv.StartRedis(context.Background(), t)
-	cache, err := store.NewRedisCache(redis.URL(), store.RedisOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cache.Close() })
+	cache := redisCache(t)
 
 	dead, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1", Logger: testenv.Logger()})
 	if err != nil {
@@ -65,12 +60,7 @@ func TestRetryAfterFailedHandOver(t *testing.T) {
 // message reaches its session and is answered in its thread.
 func TestRepliesRacingTheMention(t *testing.T) {
 	s := startOwnStack(t, stackOptions{})
-	redis := testenv.StartRedis(context.Background(), t)
-	cache, err := store.NewRedisCache(redis.URL(), store.RedisOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cache.Close() })
+	cache := redisCache(t)
 	r := s.router(t, cache)
 
 	const threads = 10
@@ -114,4 +104,15 @@ func TestRepliesRacingTheMention(t *testing.T) {
 	if lost > 0 {
 		t.Fatalf("%d of %d messages lost", lost, len(sent))
 	}
+}
+
+// redisCache is a thread cache on a real redis-server of the test's own.
+func redisCache(t *testing.T) *store.RedisCache {
+	redis := testenv.StartRedis(context.Background(), t)
+	cache, err := store.NewRedisCache(redis.URL(), store.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cache.Close() })
+	return cache
 }

@@ -15,66 +15,90 @@ import (
 	"github.com/agentbot/agentbot/internal/testenv"
 )
 
-// TestDrainOnSIGTERM: a deploy sends the worker SIGTERM while a shell
-// command runs. The worker stops taking work, lets the command finish
-// within the drain period, and exits; a new worker finishes the turn, and
-// the model sees the command's real output — it ran once, to the end.
-func TestDrainOnSIGTERM(t *testing.T) {
+// midCommand is a real worker binary on a dev server of its own, running
+// a session's shell command: the start of the tests that stop or lose the
+// worker while a command runs.
+type midCommand struct {
+	bin    string
+	env    []string
+	worker *secretenvtest.Process
+	cl     *agentflow.Client
+	thread string
+}
+
+// startMidCommand starts the worker (with extra environment) and sends
+// thread the message "long" with command, and returns once the command
+// runs.
+func startMidCommand(t *testing.T, ctx context.Context, thread, command string, extra ...string) *midCommand {
+	t.Helper()
 	srv := startTemporal(t)
-	bin := secretenvtest.Build(t, ".")
 	state := t.TempDir()
-	env := []string{
+	m := &midCommand{bin: secretenvtest.Build(t, "."), thread: thread, env: append([]string{
 		"HOME=" + state, "PATH=" + os.Getenv("PATH"), "OPENAI_BASE_URL=fake",
 		"TEMPORAL_ADDRESS=" + srv.FrontendHostPort(), "AGENTBOT_STATE_DIR=" + state, "AGENTBOT_BACKENDS=local",
-		"AGENTBOT_DRAIN_TIMEOUT=1m",
-	}
-	first := secretenvtest.Start(t, bin, env)
-	first.WaitOutput(t, "worker started", time.Minute)
-
+	}, extra...)}
+	m.worker = secretenvtest.Start(t, m.bin, m.env)
+	m.worker.WaitOutput(t, "worker started", time.Minute)
 	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: testenv.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(tc.Close)
-	cl := agentflow.NewClient(tc)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	const thread = "term:drain"
-	if _, err := cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread, Backend: "local"},
-		agentflow.MessageRequest{ID: "long", Text: "sh: echo started >> runs.txt; sleep 4; echo drained-ok"}); err != nil {
+	m.cl = agentflow.NewClient(tc)
+	if _, err := m.cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread, Backend: "local"},
+		agentflow.MessageRequest{ID: "long", Text: "sh: " + command}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		v, err := cl.State(ctx, thread)
+		v, err := m.cl.State(ctx, thread)
 		if err == nil && len(v.Tools) > 0 && v.Tools[0].State == "running" {
-			break
+			return m
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the command never ran: %+v %v", v, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := first.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-first.Done():
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the worker did not exit after SIGTERM")
-	}
+}
 
-	second := secretenvtest.Start(t, bin, env)
+// takeOver starts a second worker and returns the long message's result.
+func (m *midCommand) takeOver(t *testing.T, ctx context.Context) *agentflow.TurnResult {
+	t.Helper()
+	second := secretenvtest.Start(t, m.bin, m.env)
 	second.WaitOutput(t, "worker started", time.Minute)
-	res, err := cl.Wait(ctx, thread, "long")
+	res, err := m.cl.Wait(ctx, m.thread, "long")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Result == nil || res.Result.Status != agentflow.TurnDone || !strings.Contains(res.Result.Answer, "drained-ok") {
-		t.Fatalf("the turn after the drain: %+v\nfirst worker's log:\n%s", res.Result, first.Output())
+	if res.Result == nil {
+		t.Fatal("no result")
 	}
-	if strings.Count(res.Result.Answer, "started") > 1 {
-		t.Fatalf("the command ran more than once: %s", res.Result.Answer)
+	return res.Result
+}
+
+// TestDrainOnSIGTERM: a deploy sends the worker SIGTERM while a shell
+// command runs. The worker stops taking work, lets the command finish
+// within the drain period, and exits; a new worker finishes the turn, and
+// the model sees the command's real output — it ran once, to the end.
+func TestDrainOnSIGTERM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m := startMidCommand(t, ctx, "term:drain", "echo started >> runs.txt; sleep 4; echo drained-ok", "AGENTBOT_DRAIN_TIMEOUT=1m")
+	if err := m.worker.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.worker.Done():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the worker did not exit after SIGTERM")
+	}
+	res := m.takeOver(t, ctx)
+	if res.Status != agentflow.TurnDone || !strings.Contains(res.Answer, "drained-ok") {
+		t.Fatalf("the turn after the drain: %+v\nfirst worker's log:\n%s", res, m.worker.Output())
+	}
+	if strings.Count(res.Answer, "started") > 1 {
+		t.Fatalf("the command ran more than once: %s", res.Answer)
 	}
 }
 
@@ -84,55 +108,15 @@ func TestDrainOnSIGTERM(t *testing.T) {
 // run, and its outcome is unknown — not that it "could not run", which
 // invites a second run.
 func TestLostWorkerTellsTheTruth(t *testing.T) {
-	srv := startTemporal(t)
-	bin := secretenvtest.Build(t, ".")
-	state := t.TempDir()
-	env := []string{
-		"HOME=" + state, "PATH=" + os.Getenv("PATH"), "OPENAI_BASE_URL=fake",
-		"TEMPORAL_ADDRESS=" + srv.FrontendHostPort(), "AGENTBOT_STATE_DIR=" + state, "AGENTBOT_BACKENDS=local",
-	}
-	first := secretenvtest.Start(t, bin, env)
-	first.WaitOutput(t, "worker started", time.Minute)
-
-	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: testenv.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
-	cl := agentflow.NewClient(tc)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const thread = "term:lost-worker"
-	if _, err := cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread, Backend: "local"},
-		agentflow.MessageRequest{ID: "long", Text: "sh: echo ran >> runs.txt; sleep 3; echo finished"}); err != nil {
+	m := startMidCommand(t, ctx, "term:lost-worker", "echo ran >> runs.txt; sleep 3; echo finished")
+	if err := m.worker.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		v, err := cl.State(ctx, thread)
-		if err == nil && len(v.Tools) > 0 && v.Tools[0].State == "running" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the command never ran: %+v %v", v, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := first.Cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-first.Done()
-
-	second := secretenvtest.Start(t, bin, env)
-	second.WaitOutput(t, "worker started", time.Minute)
-	res, err := cl.Wait(ctx, thread, "long")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Result == nil {
-		t.Fatal("no result")
-	}
-	if a := res.Result.Answer; !strings.Contains(a, "may have run") || strings.Contains(a, "could not run") {
-		t.Fatalf("the model was not told that the command may have run:\n%s\n%+v", a, res.Result)
+	<-m.worker.Done()
+	res := m.takeOver(t, ctx)
+	if a := res.Answer; !strings.Contains(a, "may have run") || strings.Contains(a, "could not run") {
+		t.Fatalf("the model was not told that the command may have run:\n%s\n%+v", a, res)
 	}
 }
