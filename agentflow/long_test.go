@@ -62,8 +62,10 @@ func TestLongSession(t *testing.T) {
 			if size > maxEvent {
 				maxEvent, maxType = size, e.GetEventType().String()
 			}
-			if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil &&
-				a.GetAcceptedRequest().GetInput().GetName() == agentflow.UpdateMessage {
+			// A message arrives as a signal (Client.Send) or, in older
+			// code, as an update.
+			if a, sig := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(), e.GetWorkflowExecutionSignaledEventAttributes(); (a != nil &&
+				a.GetAcceptedRequest().GetInput().GetName() == agentflow.UpdateMessage) || sig.GetSignalName() == agentflow.SignalMessage {
 				perTurn = append(perTurn, 0)
 				cur = len(perTurn) - 1
 			}
