@@ -63,8 +63,8 @@ type Config struct {
 	// DockerDisk bounds a Docker sandbox's workspace, where the engine
 	// supports volume quotas; 0 means none.
 	DockerDisk int64
-	DockerCPUs    float64
-	DockerPids    int64
+	DockerCPUs float64
+	DockerPids int64
 	// Cloud backends; the keys are secrets read by the worker only.
 	E2BAPIKey       string
 	E2BDomain       string
