@@ -1,5 +1,5 @@
-# The two commands of the README.
-.PHONY: run test
+# The commands of the README.
+.PHONY: run test reliability
 
 # run: the embedded default — a Temporal dev server, an in-process worker,
 # the local sandbox and a terminal chat. Needs a model endpoint
@@ -12,3 +12,11 @@ run:
 # test: set-up, static checks and every test against real services.
 test:
 	scripts/test.sh
+
+# reliability: the reliability suite (./reliability/: the real bot and
+# worker binaries killed mid-work, messages racing) run long, every scenario
+# 20 times; make test runs it 3 times.
+reliability:
+	scripts/setup.sh --test
+	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
+		go test -race -count=1 -v -timeout 90m ./reliability/ -runs=20

@@ -56,6 +56,10 @@ type Event struct {
 	// Files were shared with the message; the session copies them into
 	// the workspace.
 	Files []agentflow.InboundFile
+	// Retry says the platform delivers this event again because its first
+	// delivery may not have been handled: a retry that finds the event only
+	// claimed (not yet handed to Temporal) is handled all the same.
+	Retry bool
 	// ThreadStarted is when the thread's root message was posted, where
 	// the platform says (Slack's thread_ts, a Discord thread's ID): a reply
 	// in a thread that young may be racing the mention that starts its

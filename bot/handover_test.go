@@ -116,3 +116,45 @@ func redisCache(t *testing.T) *store.RedisCache {
 	t.Cleanup(func() { cache.Close() })
 	return cache
 }
+
+// TestRetryAfterDeathWithinClaim: a replica claims an event and dies before
+// handing it to Temporal; Slack's first retry comes at once, well within
+// the claim. The retry is handled (a claim is not a hand-over); a mere
+// duplicate delivery, not marked a retry, is still dropped.
+func TestRetryAfterDeathWithinClaim(t *testing.T) {
+	s := startOwnStack(t, stackOptions{})
+	cache := redisCache(t)
+	r := s.router(t, cache)
+	const thread = "term:died-in-claim"
+	ev := s.event(bot.KindMention, "", alice, "sh: echo survived")
+	ev.NewThreadKey = thread
+	// What the dead replica left: a claim, nothing in Temporal.
+	if first, err := cache.FirstSeen(context.Background(), ev.Platform+":"+ev.ID, store.ClaimTTL); err != nil || !first {
+		t.Fatalf("claiming: %v %v", first, err)
+	}
+	dup := ev
+	if got := handle(t, r, dup); len(got) != 0 {
+		t.Fatalf("the duplicate answered %+v", got)
+	}
+	if p, err := s.cl.Describe(context.Background(), thread); err != nil || p != agentflow.PresenceNone {
+		t.Fatalf("a duplicate that is no retry was handled: %v %v", p, err)
+	}
+	retry := ev
+	retry.Retry = true
+	if got := handle(t, r, retry); len(got) != 0 {
+		t.Fatalf("the retry answered %+v", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := s.cl.Wait(ctx, thread, ev.MessageID)
+	if err != nil || res.Result == nil || !strings.Contains(res.Result.Answer, "survived") {
+		t.Fatalf("the retry did not reach the session: %+v %v", res.Result, err)
+	}
+	// Now handed over: a further retry is dropped.
+	if got := handle(t, r, retry); len(got) != 0 {
+		t.Fatalf("a retry of a settled event answered %+v", got)
+	}
+	if v := s.state(t, thread); v.Turn != 1 {
+		t.Fatalf("%d turns, want 1", v.Turn)
+	}
+}

@@ -23,6 +23,7 @@ type Cache interface {
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
 	Settle(ctx context.Context, eventID string, ttl time.Duration) error
 	Release(ctx context.Context, eventID string) error
+	Settled(ctx context.Context, eventID string) (bool, error)
 	GetThread(ctx context.Context, threadKey string) (store.ThreadEntry, bool, error)
 	PutThread(ctx context.Context, threadKey string, e store.ThreadEntry, ttl time.Duration) error
 	DeleteThread(ctx context.Context, threadKey string) error
@@ -55,6 +56,8 @@ type Router struct {
 
 	mu    sync.Mutex
 	local map[string]time.Time // event IDs seen (until when), while the cache is down
+	// settledLocal marks the local entries whose event was handed over.
+	settledLocal map[string]bool
 }
 
 // Handle routes one event and answers through reply. It returns an error
@@ -72,7 +75,11 @@ func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 	claim := ""
 	if ev.ID != "" {
 		claim = ev.Platform + ":" + ev.ID
-		if !r.claim(ctx, claim) {
+		// A platform's retry that finds the event only claimed is handled
+		// all the same: the process that claimed it may have died before
+		// the hand-over (its claim outlives it), and handling twice is
+		// safe. Only a settled event is dropped.
+		if !r.claim(ctx, claim) && !(ev.Retry && !r.settled(ctx, claim)) {
 			r.log().Debug("dropped a repeated event", "event_id", ev.ID, "thread", ev.ThreadKey)
 			return nil
 		}
@@ -600,6 +607,7 @@ func (r *Router) claim(ctx context.Context, id string) bool {
 		for k, until := range r.local {
 			if now.After(until) {
 				delete(r.local, k)
+				delete(r.settledLocal, k)
 			}
 		}
 	}
@@ -608,6 +616,18 @@ func (r *Router) claim(ctx context.Context, id string) bool {
 	}
 	r.local[id] = now.Add(store.ClaimTTL)
 	return true
+}
+
+// settled says the event was handed to Temporal (not only claimed).
+func (r *Router) settled(ctx context.Context, id string) bool {
+	if r.Cache != nil {
+		if ok, err := r.Cache.Settled(ctx, id); err == nil {
+			return ok
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.settledLocal[id]
 }
 
 // settle keeps a handled event seen for EventTTL.
@@ -624,7 +644,11 @@ func (r *Router) settle(id string) {
 	if r.local == nil {
 		r.local = map[string]time.Time{}
 	}
+	if r.settledLocal == nil {
+		r.settledLocal = map[string]bool{}
+	}
 	r.local[id] = time.Now().Add(store.EventTTL)
+	r.settledLocal[id] = true
 }
 
 // release forgets a claim whose event could not be handed over.
@@ -639,6 +663,7 @@ func (r *Router) release(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.local, id)
+	delete(r.settledLocal, id)
 }
 
 // failure turns an error into a short, safe sentence with an ID to find the

@@ -31,7 +31,7 @@ type MemoryCache struct {
 	mu      sync.Mutex
 	closed  bool
 	threads *lru[ThreadEntry]
-	events  *lru[struct{}]
+	events  *lru[bool]
 }
 
 // NewMemoryCache returns an empty MemoryCache.
@@ -40,7 +40,7 @@ func NewMemoryCache() *MemoryCache {
 }
 
 func newMemoryCache(max int) *MemoryCache {
-	return &MemoryCache{threads: newLRU[ThreadEntry](max), events: newLRU[struct{}](max)}
+	return &MemoryCache{threads: newLRU[ThreadEntry](max), events: newLRU[bool](max)}
 }
 
 // FirstSeen reports whether eventID is new: true the first time it is seen
@@ -59,7 +59,7 @@ func (c *MemoryCache) FirstSeen(ctx context.Context, eventID string, ttl time.Du
 	if _, ok := c.events.get(eventID, now); ok {
 		return false, nil
 	}
-	c.events.put(eventID, struct{}{}, now.Add(ttl))
+	c.events.put(eventID, false, now.Add(ttl)) // claimed, not settled
 	return true, nil
 }
 
@@ -120,8 +120,22 @@ func (c *MemoryCache) Settle(ctx context.Context, eventID string, ttl time.Durat
 	if c.closed {
 		return fmt.Errorf("store: settle %q: %w", eventID, errMemoryClosed)
 	}
-	c.events.put(eventID, struct{}{}, time.Now().Add(ttl))
+	c.events.put(eventID, true, time.Now().Add(ttl))
 	return nil
+}
+
+// Settled reports whether eventID was settled (see RedisCache.Settled).
+func (c *MemoryCache) Settled(ctx context.Context, eventID string) (bool, error) {
+	if err := checkCall(ctx, "settled", "event ID", eventID); err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false, fmt.Errorf("store: settled %q: %w", eventID, errMemoryClosed)
+	}
+	v, ok := c.events.get(eventID, time.Now())
+	return ok && v, nil
 }
 
 // Release forgets eventID, so that a platform's retry of it is handled.

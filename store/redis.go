@@ -229,13 +229,37 @@ func (c *RedisCache) Settle(ctx context.Context, eventID string, ttl time.Durati
 		return err
 	}
 	err := c.do(ctx, func(ctx context.Context) error {
-		return c.rdb.Set(ctx, c.prefix+"event:"+eventID, "settled", ttl).Err()
+		return c.rdb.Set(ctx, c.prefix+"event:"+eventID, settledValue, ttl).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("store: settle %q: %w", eventID, err)
 	}
 	return nil
 }
+
+// Settled reports whether eventID was settled (handled for good), as
+// opposed to only claimed by FirstSeen or never seen.
+func (c *RedisCache) Settled(ctx context.Context, eventID string) (bool, error) {
+	if err := checkCall(ctx, "settled", "event ID", eventID); err != nil {
+		return false, err
+	}
+	var v string
+	err := c.do(ctx, func(ctx context.Context) error {
+		var err error
+		v, err = c.rdb.Get(ctx, c.prefix+"event:"+eventID).Result()
+		if errors.Is(err, redis.Nil) {
+			v, err = "", nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: settled %q: %w", eventID, err)
+	}
+	return v == settledValue, nil
+}
+
+// settledValue marks a settled event; a claim holds a random token.
+const settledValue = "settled"
 
 // Release forgets eventID, so that a platform's retry of it is handled.
 func (c *RedisCache) Release(ctx context.Context, eventID string) error {

@@ -23,6 +23,10 @@ type envelope struct {
 	TeamID    string `json:"team_id"`
 	EventID   string `json:"event_id"`
 	Event     inner  `json:"event"`
+	// Retry says Slack delivers the event again (X-Slack-Retry-Num, a
+	// Socket Mode retry_attempt): the first delivery may have been
+	// acknowledged by a process that died before handing it on.
+	Retry bool `json:"-"`
 }
 
 // inner is the part of an app_mention or message event the adapter reads.
@@ -67,6 +71,7 @@ func (in *Inbound) onCallback(ctx context.Context, env envelope) {
 		return
 	}
 	ev.UserName = in.userName(ctx, ev.User)
+	ev.Retry = env.Retry
 	if ev.Kind != bot.KindCommand {
 		ev.Files = in.files(ctx, env.Event.Files)
 	}

@@ -100,6 +100,7 @@ func (in *Inbound) serveEvents(w http.ResponseWriter, r *http.Request) {
 		if n := r.Header.Get("X-Slack-Retry-Num"); n != "" {
 			in.log.Info("slack retried an event", "event_id", env.EventID, "retry_num", n,
 				"retry_reason", r.Header.Get("X-Slack-Retry-Reason"))
+			env.Retry = n != "0"
 		}
 		in.accept(w, r, func(ctx context.Context) { in.onCallback(ctx, env) })
 	default: // app_rate_limited and the like

@@ -95,6 +95,7 @@ func (in *Inbound) onSocketEvent(ctx context.Context, smc *socketmode.Client, ev
 			in.log.Warn("unreadable slack event", "envelope_id", req.EnvelopeID, "error", err)
 			return
 		}
+		env.Retry = req.RetryAttempt > 0
 		job = func(ctx context.Context) { in.onCallback(ctx, env) }
 	case socketmode.EventTypeSlashCommand:
 		cmd, ok := evt.Data.(slack.SlashCommand)

@@ -1,0 +1,370 @@
+// Package reliability_test runs the real gateway (cmd/bot) and worker
+// (cmd/worker) as separate processes against a real Temporal dev server
+// (with a file database), a real redis-server, the fake Slack workspace
+// over the signed HTTP Events API and the fake model, and repeats each
+// failure scenario of issue 11 -runs times, counting how often it held.
+// Every scenario must hold every time.
+//
+//	go test -race ./reliability/ -runs=20 -timeout 60m
+package reliability_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	slackbot "github.com/agentbot/agentbot/bot/slack"
+	"github.com/agentbot/agentbot/internal/devserver"
+	"github.com/agentbot/agentbot/internal/fakeopenai"
+	"github.com/agentbot/agentbot/internal/fakeslack"
+	"github.com/agentbot/agentbot/internal/secretenv/secretenvtest"
+	"github.com/agentbot/agentbot/internal/testenv"
+)
+
+var runs = flag.Int("runs", 3, "how many times each scenario runs (make reliability: 20)")
+
+// The binaries under test, built once by TestMain.
+var botBin, workerBin string
+
+// The people and the channel of the workspace.
+const (
+	alice   = "UALICE"
+	channel = "C0REL"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "agentbot-reliability-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	if err = build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+		printTally()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// build builds cmd/bot and cmd/worker into dir, in one go command.
+func build(dir string) error {
+	botBin, workerBin = filepath.Join(dir, "bot"), filepath.Join(dir, "worker")
+	for _, b := range []struct{ out, pkg string }{{botBin, "../cmd/bot"}, {workerBin, "../cmd/worker"}} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// tally is held/total per scenario, printed as a table after the tests.
+var tally = struct {
+	sync.Mutex
+	m map[string][2]int
+}{m: map[string][2]int{}}
+
+func record(scenario string, held, total int) {
+	tally.Lock()
+	defer tally.Unlock()
+	tally.m[scenario] = [2]int{held, total}
+}
+
+func printTally() {
+	tally.Lock()
+	defer tally.Unlock()
+	names := make([]string, 0, len(tally.m))
+	for n := range tally.m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Printf("%-62s %s\n", "reliability scenario", "held/total")
+	for _, n := range names {
+		c := tally.m[n]
+		fmt.Printf("%-62s %d/%d\n", n, c[0], c[1])
+	}
+}
+
+// repeat runs one scenario -runs times as subtests run1, run2, … and
+// requires that it held every time.
+func repeat(t *testing.T, scenario string, run func(t *testing.T, i int)) {
+	held := 0
+	for i := 1; i <= *runs; i++ {
+		if t.Run("run"+strconv.Itoa(i), func(t *testing.T) { run(t, i) }) {
+			held++
+		}
+	}
+	record(scenario, held, *runs)
+	t.Logf("%s: held %d/%d", scenario, held, *runs)
+	if held != *runs {
+		t.Fatalf("%s held %d of %d times", scenario, held, *runs)
+	}
+}
+
+// stack is one Temporal dev server, redis-server, fake Slack workspace and
+// fake model, and the real bot and worker processes on them.
+type stack struct {
+	t        *testing.T
+	temporal *testsuite.DevServer
+	redis    *testenv.RedisServer
+	slack    *fakeslack.Server
+	model    *fakeopenai.Server
+	state    string
+	httpAddr string
+
+	mu      sync.Mutex
+	bot     *secretenvtest.Process
+	worker  *secretenvtest.Process
+	oldLogs []string // output of processes that were killed
+}
+
+// startStack starts the services and a worker and a bot; the events,
+// slash commands and interactions of the workspace go to the bot.
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{t: t, state: t.TempDir()}
+	tbin, err := devserver.FindBinary(os.Getenv("AGENTBOT_TEMPORAL_BIN"))
+	if err != nil {
+		t.Fatalf("the tests need the temporal CLI (run scripts/setup.sh --test): %v", err)
+	}
+	tlog := &testenv.Buffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s.temporal, err = testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:  tbin,
+		DBFilename:    filepath.Join(t.TempDir(), "temporal.db"),
+		LogLevel:      "error",
+		Stdout:        tlog,
+		Stderr:        tlog,
+		ClientOptions: &client.Options{Namespace: "default", Logger: testenv.Logger()},
+	})
+	if err != nil {
+		t.Fatalf("starting the Temporal dev server (%s; run scripts/setup.sh --test): %v", tbin, err)
+	}
+	t.Cleanup(func() { s.temporal.Stop() })
+	s.redis = testenv.StartRedis(ctx, t)
+	s.slack = fakeslack.New(fakeslack.Options{})
+	t.Cleanup(s.slack.Close)
+	s.model = fakeopenai.New(fakeopenai.Options{Script: fakeopenai.DirectiveScript()})
+	t.Cleanup(s.model.Close)
+	s.httpAddr = freeAddr(t)
+	s.slack.SetEventsURL(s.url(slackbot.PathEvents))
+	s.slack.SetSlashURL(s.url(slackbot.PathCommands))
+	s.slack.SetInteractivityURL(s.url(slackbot.PathInteractivity))
+	// On failure, what the processes said.
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			logs := slices.Clone(s.oldLogs)
+			if s.bot != nil {
+				logs = append(logs, "bot (current):\n"+s.bot.Output())
+			}
+			if s.worker != nil {
+				logs = append(logs, "worker (current):\n"+s.worker.Output())
+			}
+			for _, l := range logs {
+				t.Logf("%s", tail(l, 12000))
+			}
+		}
+	})
+	s.startWorker(t)
+	s.startBot(t)
+	return s
+}
+
+func (s *stack) url(path string) string { return "http://" + s.httpAddr + path }
+
+// env is the environment both binaries run with.
+func (s *stack) env(extra ...string) []string {
+	return append([]string{
+		"HOME=" + s.state, "PATH=" + os.Getenv("PATH"),
+		"AGENTBOT_STATE_DIR=" + s.state,
+		"TEMPORAL_ADDRESS=" + s.temporal.FrontendHostPort(),
+		"REDIS_URL=" + s.redis.URL(),
+		"OPENAI_BASE_URL=" + s.model.URL(), "OPENAI_API_KEY=sk-reliability",
+		"SLACK_BOT_TOKEN=" + s.slack.Options().BotToken,
+		"SLACK_SIGNING_SECRET=" + s.slack.Options().SigningSecret,
+		"AGENTBOT_SLACK_API_URL=" + s.slack.APIURL(),
+		"AGENTBOT_HTTP_ADDR=" + s.httpAddr,
+		"AGENTBOT_ALLOWED_USERS=" + alice,
+		"AGENTBOT_UNSAFE_LOCAL=true", "AGENTBOT_BACKENDS=local", "AGENTBOT_DEFAULT_BACKEND=local",
+		"AGENTBOT_DRAIN_TIMEOUT=5s", "AGENTBOT_LOG_LEVEL=debug",
+	}, extra...)
+}
+
+// startWorker starts a worker process and waits until it polls.
+func (s *stack) startWorker(t *testing.T) {
+	t.Helper()
+	w := secretenvtest.Start(s.t, workerBin, s.env())
+	s.mu.Lock()
+	s.worker = w
+	s.mu.Unlock()
+	w.WaitOutput(t, "worker started", time.Minute)
+}
+
+// killWorker kills the worker (SIGKILL) and waits for it to be gone.
+func (s *stack) killWorker(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	w := s.worker
+	s.worker = nil
+	s.mu.Unlock()
+	kill(t, w)
+	s.mu.Lock()
+	s.oldLogs = append(s.oldLogs, "worker (killed):\n"+w.Output())
+	s.mu.Unlock()
+}
+
+// startBot starts a bot process and waits until it serves HTTP.
+func (s *stack) startBot(t *testing.T) {
+	t.Helper()
+	b := secretenvtest.Start(s.t, botBin, s.env())
+	s.mu.Lock()
+	s.bot = b
+	s.mu.Unlock()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(s.url("/healthz"))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return
+			}
+		}
+		select {
+		case <-b.Done():
+			t.Fatalf("the bot exited at start:\n%s", b.Output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bot does not serve %s after a minute (%v):\n%s", s.httpAddr, err, b.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// killBot kills the bot (SIGKILL) and waits for it to be gone.
+func (s *stack) killBot(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	b := s.bot
+	s.bot = nil
+	s.mu.Unlock()
+	kill(t, b)
+	s.mu.Lock()
+	s.oldLogs = append(s.oldLogs, "bot (killed):\n"+b.Output())
+	s.mu.Unlock()
+}
+
+func kill(t *testing.T, p *secretenvtest.Process) {
+	t.Helper()
+	if err := p.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("process %d still runs 30 s after SIGKILL", p.Pid())
+	}
+}
+
+// isAnswer says whether m is the agent's answer to the message whose
+// command printed token: the fake model's final text is "done." and the
+// output of each command (progress messages show the command, not
+// "done.").
+func isAnswer(m fakeslack.Message, token string) bool {
+	return m.BotID != "" && strings.HasPrefix(strings.TrimSpace(m.Text), "done.") && strings.Contains(m.Text, token)
+}
+
+// answers counts the agent's answers with token in the thread root.
+func (s *stack) answers(root, token string) int {
+	n := 0
+	for _, m := range s.slack.Thread(channel, root) {
+		if isAnswer(m, token) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAnswer waits up to d for an answer with token in the thread root.
+func (s *stack) waitAnswer(t *testing.T, root, token string, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := s.slack.WaitFor(ctx, func(*fakeslack.Server) bool { return s.answers(root, token) > 0 }); err != nil {
+		t.Fatalf("no answer with %q in thread %s within %v:\n%s", token, root, d, s.dumpThread(root))
+	}
+}
+
+func (s *stack) dumpThread(root string) string {
+	var b strings.Builder
+	for _, m := range s.slack.Thread(channel, root) {
+		fmt.Fprintf(&b, "  %s %s: %q\n", m.TS, m.User, m.Text)
+	}
+	return b.String()
+}
+
+// turns counts the turns the model was asked to start for the message
+// containing text: successful requests whose last user message has text
+// and is followed by no assistant step yet (the first call of a turn).
+func (s *stack) turns(text string) int {
+	n := 0
+	for _, r := range s.model.Requests() {
+		i, last := r.Call.LastUserMessage()
+		if r.Status != http.StatusOK || i < 0 || !strings.Contains(last, text) {
+			continue
+		}
+		first := true
+		for _, m := range r.Call.Messages[i+1:] {
+			if m.Role == "assistant" || m.Role == "tool" {
+				first = false
+			}
+		}
+		if first {
+			n++
+		}
+	}
+	return n
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
