@@ -409,7 +409,7 @@ func (w *agent) run(ctx workflow.Context) error {
 			}
 			// Messages signalled meanwhile are queued, so that they are
 			// carried, not lost with this run.
-			w.drainSignals()
+			w.drainSignals(ctx)
 			if !w.Destroyed && !w.turnBlocksControl() {
 				carry := w.AgentState
 				return workflow.NewContinueAsNewError(ctx, AgentWorkflowName, AgentInput{
@@ -548,13 +548,13 @@ func (w *agent) startSignals(ctx workflow.Context) {
 }
 
 // drainSignals admits the messages signalled but not yet received.
-func (w *agent) drainSignals() {
+func (w *agent) drainSignals(ctx workflow.Context) {
 	for {
 		var m MessageRequest
 		if !w.signals.ReceiveAsync(&m) {
 			return
 		}
-		w.admitSignal(nil, m)
+		w.admitSignal(ctx, m)
 	}
 }
 
@@ -588,12 +588,8 @@ func (w *agent) admit(ctx workflow.Context, m MessageRequest) MessageResult {
 		res.Duplicate = true
 		return res
 	}
-	at := time.Time{}
-	if ctx != nil {
-		at = workflow.Now(ctx)
-	}
 	w.MsgSeq++
-	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: at, Seq: w.MsgSeq, Files: m.Files})
+	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq, Files: m.Files})
 	w.Seen = append(w.Seen, SeenMessage{ID: m.ID})
 	if len(w.Seen) > maxSeen {
 		w.Seen = w.Seen[len(w.Seen)-maxSeen:]
