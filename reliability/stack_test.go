@@ -215,7 +215,8 @@ func (s *stack) env(extra ...string) []string {
 // startWorker starts a worker process and waits until it polls.
 func (s *stack) startWorker(t *testing.T) {
 	t.Helper()
-	w := secretenvtest.Start(s.t, workerBin, s.env())
+	// The bot has s.httpAddr; the worker's probes take any free port.
+	w := secretenvtest.Start(s.t, workerBin, s.env("AGENTBOT_HTTP_ADDR=127.0.0.1:0"))
 	s.mu.Lock()
 	s.worker = w
 	s.mu.Unlock()
@@ -235,7 +236,7 @@ func (s *stack) killWorker(t *testing.T) {
 	s.mu.Unlock()
 }
 
-// startBot starts a bot process and waits until it serves HTTP.
+// startBot starts a bot process and waits until it is ready.
 func (s *stack) startBot(t *testing.T) {
 	t.Helper()
 	b := secretenvtest.Start(s.t, botBin, s.env())
@@ -244,10 +245,10 @@ func (s *stack) startBot(t *testing.T) {
 	s.mu.Unlock()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		resp, err := http.Get(s.url("/healthz"))
+		resp, err := http.Get(s.url("/readyz"))
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
+			if resp.StatusCode == http.StatusOK {
 				return
 			}
 		}

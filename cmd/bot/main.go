@@ -8,10 +8,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -28,6 +30,9 @@ import (
 
 	_ "gocloud.dev/blob/gcsblob" // gs:// blob stores
 	_ "gocloud.dev/blob/s3blob"  // s3:// blob stores
+	// CA roots for images without a system bundle (FROM scratch): used
+	// only when the system has none; SSL_CERT_FILE/SSL_CERT_DIR still win.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/bot"
@@ -37,10 +42,16 @@ import (
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/devserver"
+	"github.com/agentbot/agentbot/internal/health"
 	"github.com/agentbot/agentbot/internal/secretenv"
+	"github.com/agentbot/agentbot/internal/temporalclient"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/store"
 )
+
+// version is the release, set at build time (scripts/build-images.sh:
+// -ldflags "-X main.version=...").
+var version = "dev"
 
 func main() {
 	flag.Usage = func() {
@@ -89,6 +100,7 @@ func run(environ []string) error {
 		logOut = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger.Info("agentbot gateway starting", "version", version)
 	for _, w := range cfg.Warnings() {
 		logger.Warn(w)
 	}
@@ -117,11 +129,9 @@ func run(environ []string) error {
 	if err := secretenv.Restore(environ, config.SDKSecretVars); err != nil {
 		return err
 	}
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort: addr, Namespace: cfg.TemporalNamespace, Logger: tlog.NewStructuredLogger(logger),
-	})
+	tc, err := temporalclient.Dial(ctx, cfg, addr, tlog.NewStructuredLogger(logger))
 	if err != nil {
-		return fmt.Errorf("connecting to Temporal at %s: %w", addr, err)
+		return err
 	}
 	defer tc.Close()
 
@@ -169,7 +179,7 @@ func run(environ []string) error {
 		WebUI: webUI, Namespace: cfg.TemporalNamespace, Logger: logger, Secrets: cfg.Secrets,
 	}
 	if slackMode || discordMode {
-		return serveChat(ctx, cfg, router, access, backends, logger)
+		return serveChat(ctx, cfg, tc, router, access, backends, logger)
 	}
 	chat := &terminal.Chat{
 		Router: router, Client: router.Sessions, In: os.Stdin, Out: os.Stdout,
@@ -225,13 +235,30 @@ func (quietRedis) Printf(context.Context, string, ...interface{}) {}
 // its gateway and, with a public key, HTTP interactions. Every event is
 // acknowledged before it is handled; what was acknowledged is drained at
 // shutdown.
-func serveChat(ctx context.Context, cfg config.Config, router *bot.Router, access bot.Access, backends []string, logger *slog.Logger) error {
+func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router *bot.Router, access bot.Access, backends []string, logger *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The HTTP endpoints listen first: the probes answer (not ready)
+	// while the platforms connect, and a port that is taken fails the
+	// start.
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	serveHTTP := false
+	probes := &health.Probes{}
+	probes.Add("temporal", func(ctx context.Context) error {
+		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	})
+	probes.Register(mux)
 	errc := make(chan error, 3)
+	if cfg.HTTPAddr != "off" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("HTTP endpoints (AGENTBOT_HTTP_ADDR): %w", err)
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- srv.Serve(ln) }()
+		defer shutdown(srv.Shutdown)
+		logger.Info("serving HTTP", "addr", ln.Addr().String())
+	}
 
 	if cfg.SlackBotToken != "" {
 		in := slackbot.NewInbound(slackbot.InboundConfig{
@@ -246,9 +273,11 @@ func serveChat(ctx context.Context, cfg config.Config, router *bot.Router, acces
 			logger.Info("serving Slack over Socket Mode")
 			go func() { errc <- in.RunSocketMode(ctx) }()
 		} else {
+			if cfg.HTTPAddr == "off" {
+				return errors.New("the Slack Events API needs AGENTBOT_HTTP_ADDR (it is off); or set SLACK_APP_TOKEN for Socket Mode")
+			}
 			logger.Info("serving the Slack Events API", "addr", cfg.HTTPAddr)
 			mux.Handle("/slack/", in.HTTPHandler())
-			serveHTTP = true
 		}
 	}
 	if cfg.DiscordToken != "" {
@@ -264,16 +293,12 @@ func serveChat(ctx context.Context, cfg config.Config, router *bot.Router, acces
 		}
 		defer shutdown(in.Shutdown)
 		logger.Info("serving Discord over the gateway")
-		if cfg.DiscordPublicKey != "" {
+		if cfg.DiscordPublicKey != "" && cfg.HTTPAddr != "off" {
 			mux.Handle("/discord/", in.HTTPHandler())
-			serveHTTP = true
 		}
 	}
-	if serveHTTP {
-		srv := &http.Server{Addr: cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- srv.ListenAndServe() }()
-		defer shutdown(srv.Shutdown)
-	}
+	probes.SetReady()
+	defer probes.SetStopping()
 	select {
 	case err := <-errc:
 		return err

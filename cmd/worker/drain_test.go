@@ -36,6 +36,7 @@ func startMidCommand(t *testing.T, ctx context.Context, thread, command string, 
 	m := &midCommand{bin: secretenvtest.Build(t, "."), thread: thread, env: append([]string{
 		"HOME=" + state, "PATH=" + os.Getenv("PATH"), "OPENAI_BASE_URL=fake",
 		"TEMPORAL_ADDRESS=" + srv.FrontendHostPort(), "AGENTBOT_STATE_DIR=" + state, "AGENTBOT_BACKENDS=local",
+		"AGENTBOT_HTTP_ADDR=127.0.0.1:0",
 	}, extra...)}
 	m.worker = secretenvtest.Start(t, m.bin, m.env)
 	m.worker.WaitOutput(t, "worker started", time.Minute)

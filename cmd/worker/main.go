@@ -10,21 +10,33 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
 	"syscall"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
 	_ "gocloud.dev/blob/gcsblob" // gs:// blob stores
 	_ "gocloud.dev/blob/s3blob"  // s3:// blob stores
+	// CA roots for images without a system bundle (FROM scratch): used
+	// only when the system has none; SSL_CERT_FILE/SSL_CERT_DIR still win.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
+	"github.com/agentbot/agentbot/internal/health"
 	"github.com/agentbot/agentbot/internal/secretenv"
+	"github.com/agentbot/agentbot/internal/temporalclient"
 )
+
+// version is the release, set at build time (scripts/build-images.sh:
+// -ldflags "-X main.version=...").
+var version = "dev"
 
 func main() {
 	flag.Usage = func() {
@@ -65,14 +77,23 @@ func run(environ []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace,
-		Logger: tlog.NewStructuredLogger(logger),
-	})
+	tc, err := temporalclient.Dial(ctx, cfg, cfg.TemporalAddress, tlog.NewStructuredLogger(logger))
 	if err != nil {
-		return fmt.Errorf("connecting to Temporal at %s: %w", cfg.TemporalAddress, err)
+		return err
 	}
 	defer tc.Close()
+	// The probes listen before the worker is built: a port that is taken
+	// fails the start instead of leaving a pod that is never ready.
+	probes := &health.Probes{}
+	probes.Add("temporal", func(ctx context.Context) error {
+		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	})
+	stopHTTP, err := serveProbes(cfg.HTTPAddr, probes, logger)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
 	w, err := agentworker.New(ctx, tc, agentworker.Options{Config: cfg, Logger: logger})
 	if err != nil {
 		return err
@@ -80,9 +101,33 @@ func run(environ []string) error {
 	if err := w.Start(); err != nil {
 		return err
 	}
-	logger.Info("worker started", "backends", w.Registry.Names(), "temporal", cfg.TemporalAddress)
+	probes.SetReady()
+	logger.Info("worker started", "version", version, "backends", w.Registry.Names(), "temporal", cfg.TemporalAddress)
 	<-ctx.Done()
 	logger.Info("shutting down")
+	probes.SetStopping()
 	w.Stop()
 	return nil
+}
+
+// serveProbes serves /healthz and /readyz on addr ("off": nothing) until
+// the returned function is called.
+func serveProbes(addr string, probes *health.Probes, logger *slog.Logger) (stop func(), err error) {
+	if addr == "off" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health endpoints (AGENTBOT_HTTP_ADDR): %w", err)
+	}
+	mux := http.NewServeMux()
+	probes.Register(mux)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("serving health endpoints", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }

@@ -34,6 +34,7 @@ func TestSecretsOutOfReach(t *testing.T) {
 	p := secretenvtest.Start(t, bin, []string{
 		"HOME=" + state, "PATH=" + os.Getenv("PATH"),
 		"TEMPORAL_ADDRESS=" + srv.FrontendHostPort(), "AGENTBOT_STATE_DIR=" + state, "AGENTBOT_BACKENDS=local",
+		"AGENTBOT_HTTP_ADDR=127.0.0.1:0",
 		"OPENAI_BASE_URL=" + model.URL(), "OPENAI_API_KEY=" + key, "DAYTONA_API_KEY=" + other,
 	})
 	p.WaitOutput(t, "worker started", time.Minute)
@@ -85,7 +86,7 @@ func TestLocalOffInChat(t *testing.T) {
 			p := secretenvtest.Start(t, bin, append([]string{
 				"HOME=" + state, "PATH=" + os.Getenv("PATH"), "OPENAI_BASE_URL=fake",
 				"TEMPORAL_ADDRESS=" + srv.FrontendHostPort(), "AGENTBOT_STATE_DIR=" + state,
-				"AGENTBOT_DOCKER_IMAGE=" + testenv.TestImage(),
+				"AGENTBOT_DOCKER_IMAGE=" + testenv.TestImage(), "AGENTBOT_HTTP_ADDR=127.0.0.1:0",
 				"SLACK_BOT_TOKEN=xoxb-1", "SLACK_SIGNING_SECRET=s", "AGENTBOT_SLACK_API_URL=http://127.0.0.1:1/",
 			}, tc.env...))
 			p.WaitOutput(t, "worker started", time.Minute)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +24,23 @@ type Config struct {
 	// the embedded default: cmd/bot starts a dev server.
 	TemporalAddress   string
 	TemporalNamespace string
+	// TemporalTLS turns TLS on for the Temporal connection. It is on when
+	// TEMPORAL_TLS=true, or when a certificate, a CA or an API key is
+	// given; an API key over a connection without TLS is refused.
+	TemporalTLS bool
+	// TemporalCA is a PEM file of the CAs that sign the frontend's
+	// certificate; empty means the system's roots.
+	TemporalCA string
+	// TemporalClientCert and TemporalClientKey are PEM files of the
+	// client certificate for mTLS (both or neither).
+	TemporalClientCert string
+	TemporalClientKey  string
+	// TemporalServerName overrides the name checked in the frontend's
+	// certificate (default: the host of TemporalAddress).
+	TemporalServerName string
+	// TemporalAPIKey is a Temporal Cloud API key: a secret, sent as a
+	// bearer token over TLS only.
+	TemporalAPIKey string
 	// TemporalBin is the temporal CLI for the embedded dev server; empty
 	// means PATH, then the repository's .bin.
 	TemporalBin string
@@ -134,7 +152,13 @@ type Var struct {
 // README.
 var Vars = []Var{
 	{"TEMPORAL_ADDRESS", "(empty: embedded dev server)", "Temporal frontend host:port"},
-	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
+	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace (Temporal Cloud: <namespace>.<account>)"},
+	{"TEMPORAL_TLS", "false (true when a TLS file or an API key is set)", "true: connect to Temporal over TLS"},
+	{"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "(system roots)", "PEM file of the CA that signs the Temporal frontend's certificate"},
+	{"TEMPORAL_TLS_CLIENT_CERT_PATH", "", "PEM file of the client certificate (mTLS, with _KEY_PATH)"},
+	{"TEMPORAL_TLS_CLIENT_KEY_PATH", "", "PEM file of the client certificate's private key"},
+	{"TEMPORAL_TLS_SERVER_NAME", "(host of TEMPORAL_ADDRESS)", "name to verify in the frontend's certificate"},
+	{"TEMPORAL_API_KEY", "", "Temporal Cloud API key (secret), sent over TLS only"},
 	{"AGENTBOT_TEMPORAL_BIN", "(PATH, then ./.bin)", "temporal CLI used for the embedded dev server"},
 	{"AGENTBOT_TEMPORAL_UI_PORT", "0 (server port + 1000)", "embedded server's web UI port; -1 for none"},
 	{"AGENTBOT_TEMPORAL_UI_URL", "(embedded: its own UI)", "Temporal Web UI base URL, for session links in status messages"},
@@ -173,7 +197,7 @@ var Vars = []Var{
 	{"SLACK_APP_TOKEN", "", "Slack app-level token (xapp-…; secret): Socket Mode, no public URL needed"},
 	{"SLACK_SIGNING_SECRET", "", "Slack signing secret (secret): the HTTP Events API, when there is no app token"},
 	{"AGENTBOT_SLACK_API_URL", "https://slack.com/api/", "Slack Web API base URL"},
-	{"AGENTBOT_HTTP_ADDR", ":8080", "listen address of the HTTP endpoints (Slack events, commands, interactivity)"},
+	{"AGENTBOT_HTTP_ADDR", ":8080", "listen address of this process's HTTP endpoints: /healthz and /readyz (bot serving a chat platform, and worker), Slack events and Discord interactions (bot); \"off\" for none"},
 	{"DISCORD_TOKEN", "", "Discord bot token (secret); set to serve Discord"},
 	{"DISCORD_APP_ID", "", "Discord application ID"},
 	{"DISCORD_PUBLIC_KEY", "", "Discord application public key (hex): interactions over HTTP at /discord/interactions"},
@@ -191,7 +215,7 @@ var Vars = []Var{
 // them out of its process's environment block (internal/secretenv) and
 // hands them to Load only.
 var SecretVars = []string{
-	"OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
+	"OPENAI_API_KEY", "TEMPORAL_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
 	"DISCORD_TOKEN", "E2B_API_KEY", "DAYTONA_API_KEY",
 }
 
@@ -263,6 +287,11 @@ func Load(environ []string) (Config, error) {
 	c := Config{
 		TemporalAddress:    get("TEMPORAL_ADDRESS", ""),
 		TemporalNamespace:  get("TEMPORAL_NAMESPACE", "default"),
+		TemporalCA:         get("TEMPORAL_TLS_SERVER_CA_CERT_PATH", ""),
+		TemporalClientCert: get("TEMPORAL_TLS_CLIENT_CERT_PATH", ""),
+		TemporalClientKey:  get("TEMPORAL_TLS_CLIENT_KEY_PATH", ""),
+		TemporalServerName: get("TEMPORAL_TLS_SERVER_NAME", ""),
+		TemporalAPIKey:     get("TEMPORAL_API_KEY", ""),
 		TemporalBin:        get("AGENTBOT_TEMPORAL_BIN", ""),
 		TemporalUIPort:     int(num("AGENTBOT_TEMPORAL_UI_PORT", 0)),
 		TemporalUIURL:      get("AGENTBOT_TEMPORAL_UI_URL", ""),
@@ -309,6 +338,14 @@ func Load(environ []string) (Config, error) {
 		Admins:             list(get("AGENTBOT_ADMINS", "")),
 		AllowEveryone:      boolean("AGENTBOT_ALLOW_EVERYONE"),
 	}
+	switch s := get("TEMPORAL_TLS", ""); s {
+	case "":
+		c.TemporalTLS = c.TemporalCA != "" || c.TemporalClientCert != "" || c.TemporalClientKey != "" || c.TemporalAPIKey != ""
+	case "true", "false":
+		c.TemporalTLS = s == "true"
+	default:
+		errs = append(errs, fmt.Errorf("TEMPORAL_TLS=%q: want true or false", s))
+	}
 	if s := get("AGENTBOT_DOCKER_CPUS", "1"); s != "" {
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil || f <= 0 {
@@ -331,7 +368,7 @@ func Load(environ []string) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(get("AGENTBOT_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_LEVEL: %v", err))
 	}
-	secrets := []string{c.OpenAIAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey}
+	secrets := []string{c.OpenAIAPIKey, c.TemporalAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey}
 	for _, k := range SDKSecretVars {
 		secrets = append(secrets, get(k, ""))
 	}
@@ -367,6 +404,20 @@ func (c Config) Validate() error {
 	if c.ContextChars < 10_000 {
 		errs = append(errs, fmt.Errorf("context budget %d characters is too small (at least 10000)", c.ContextChars))
 	}
+	if c.TemporalAddress == "" && (c.TemporalTLS || c.TemporalAPIKey != "") {
+		errs = append(errs, errors.New("TEMPORAL_TLS, a TEMPORAL_TLS_* file or TEMPORAL_API_KEY is set but TEMPORAL_ADDRESS is not (the embedded dev server needs neither)"))
+	}
+	if c.TemporalAPIKey != "" && !c.TemporalTLS {
+		errs = append(errs, errors.New("TEMPORAL_API_KEY is set with TEMPORAL_TLS=false: the key would cross the network in clear text"))
+	}
+	if (c.TemporalClientCert == "") != (c.TemporalClientKey == "") {
+		errs = append(errs, errors.New("TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH go together: set both or neither"))
+	}
+	if c.HTTPAddr != "off" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			errs = append(errs, fmt.Errorf("AGENTBOT_HTTP_ADDR %q: want host:port, :port or off", c.HTTPAddr))
+		}
+	}
 	localOff := c.ChatPlatform() && !c.UnsafeLocal
 	switch {
 	case localOff && slices.Contains(c.Backends, localBackend):
@@ -377,12 +428,6 @@ func (c Config) Validate() error {
 			"set AGENTBOT_DEFAULT_BACKEND to docker, e2b or daytona, or AGENTBOT_UNSAFE_LOCAL=true to accept that", c.platforms(), localDanger))
 	case len(c.Backends) > 0 && !slices.Contains(c.Backends, c.DefaultBackend):
 		errs = append(errs, fmt.Errorf("default backend %q is not among the enabled backends %v", c.DefaultBackend, c.Backends))
-	}
-	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
-		errs = append(errs, errors.New("SLACK_BOT_TOKEN is set but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP events) is"))
-	}
-	if c.DiscordToken != "" && c.DiscordAppID == "" {
-		errs = append(errs, errors.New("DISCORD_TOKEN is set but DISCORD_APP_ID is not"))
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
@@ -447,16 +492,26 @@ func (c Config) defaultBackend() string {
 }
 
 // ValidateGateway checks what serving chat platforms needs beyond Validate:
+// a way to receive (a Slack app token or signing secret, a Discord app ID),
 // an allowlist (users, channels or roles; admins alone are none), or
 // AllowEveryone. cmd/bot calls it before it serves Slack or Discord; the
 // worker does not, as it answers no one.
 func (c Config) ValidateGateway() error {
-	if !c.ChatPlatform() || c.AllowEveryone || c.hasAllowlist() {
-		return nil
+	// What only receiving needs is checked here: the worker delivers
+	// with the bot tokens alone.
+	var errs []error
+	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
+		errs = append(errs, errors.New("SLACK_BOT_TOKEN is set but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP events) is"))
 	}
-	return fmt.Errorf("serving %s with no allowlist would let everyone there use the bot and run commands in its sandboxes: "+
+	if c.DiscordToken != "" && c.DiscordAppID == "" {
+		errs = append(errs, errors.New("DISCORD_TOKEN is set but DISCORD_APP_ID is not"))
+	}
+	if !c.ChatPlatform() || c.AllowEveryone || c.hasAllowlist() {
+		return errors.Join(errs...)
+	}
+	return errors.Join(append(errs, fmt.Errorf("serving %s with no allowlist would let everyone there use the bot and run commands in its sandboxes: "+
 		"set AGENTBOT_ALLOWED_USERS, AGENTBOT_ALLOWED_CHANNELS or AGENTBOT_ALLOWED_ROLES (comma-separated IDs), "+
-		"or AGENTBOT_ALLOW_EVERYONE=true to allow everyone", c.platforms())
+		"or AGENTBOT_ALLOW_EVERYONE=true to allow everyone", c.platforms()))...)
 }
 
 func (c Config) hasAllowlist() bool {

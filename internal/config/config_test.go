@@ -183,3 +183,76 @@ func TestTableListsEveryVar(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadTemporalTLS: TLS is on when asked for or implied by a TLS file or
+// an API key, and an API key is never allowed over a connection without
+// TLS; no error repeats the key.
+func TestLoadTemporalTLS(t *testing.T) {
+	const key = "tmprl-secret-0123456789abcdef"
+	addr := "TEMPORAL_ADDRESS=ns.acct.tmprl.cloud:7233"
+	tests := []struct {
+		name    string
+		env     []string
+		wantTLS bool
+		wantErr []string
+	}{
+		{name: "no TLS by default", env: []string{addr}},
+		{name: "TLS asked for", env: []string{addr, "TEMPORAL_TLS=true"}, wantTLS: true},
+		{name: "a CA implies TLS", env: []string{addr, "TEMPORAL_TLS_SERVER_CA_CERT_PATH=/ca.pem"}, wantTLS: true},
+		{name: "a client certificate implies TLS", env: []string{addr, "TEMPORAL_TLS_CLIENT_CERT_PATH=/c.pem", "TEMPORAL_TLS_CLIENT_KEY_PATH=/k.pem"}, wantTLS: true},
+		{name: "an API key implies TLS", env: []string{addr, "TEMPORAL_API_KEY=" + key}, wantTLS: true},
+		{name: "API key with TLS off is refused", env: []string{addr, "TEMPORAL_API_KEY=" + key, "TEMPORAL_TLS=false"},
+			wantErr: []string{"TEMPORAL_API_KEY", "TEMPORAL_TLS=false", "clear text"}},
+		{name: "TLS not a boolean", env: []string{addr, "TEMPORAL_TLS=yes"}, wantErr: []string{`TEMPORAL_TLS="yes"`}},
+		{name: "certificate without key", env: []string{addr, "TEMPORAL_TLS_CLIENT_CERT_PATH=/c.pem"}, wantErr: []string{"set both or neither"}},
+		{name: "TLS without an address", env: []string{"TEMPORAL_API_KEY=" + key}, wantErr: []string{"TEMPORAL_ADDRESS is not"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(append([]string{"HOME=/home/u"}, tt.env...))
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.TemporalTLS != tt.wantTLS {
+					t.Fatalf("TemporalTLS %v, want %v", c.TemporalTLS, tt.wantTLS)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if strings.Contains(err.Error(), key) {
+				t.Fatalf("the error holds the API key: %v", err)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestWorkerNeedsOnlyBotTokens: the worker delivers to Slack and Discord
+// with the bot tokens alone, so it loads without the app token, signing
+// secret or Discord app ID the gateway needs to receive; the gateway
+// refuses to start without them.
+func TestWorkerNeedsOnlyBotTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name, env, gatewayErr string
+	}{
+		{"slack", "SLACK_BOT_TOKEN=xoxb-1", "neither SLACK_APP_TOKEN"},
+		{"discord", "DISCORD_TOKEN=d-1", "DISCORD_APP_ID is not"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load([]string{"HOME=/home/u", "TEMPORAL_ADDRESS=t:7233", "AGENTBOT_BACKENDS=docker", tc.env, "AGENTBOT_ALLOWED_USERS=U1"})
+			if err != nil {
+				t.Fatalf("the worker's configuration is refused: %v", err)
+			}
+			if err := c.ValidateGateway(); err == nil || !strings.Contains(err.Error(), tc.gatewayErr) {
+				t.Errorf("ValidateGateway = %v, want %q", err, tc.gatewayErr)
+			}
+		})
+	}
+}
