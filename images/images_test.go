@@ -277,4 +277,3 @@ func randomID() string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
