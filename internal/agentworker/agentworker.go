@@ -91,6 +91,7 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 			Image: cfg.DockerImage, Network: cfg.DockerNetwork, MemoryBytes: cfg.DockerMemory,
 			WorkspaceBytes: cmp.Or(cfg.DockerDisk, -1),
 			NanoCPUs:       int64(cfg.DockerCPUs * 1e9), PidsLimit: cfg.DockerPids,
+			Logger: logger,
 		})
 		if err != nil {
 			wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: dockersandbox.Name, Err: err})
@@ -196,6 +197,18 @@ func (wk *Worker) add(ctx context.Context, name string, b sandboxes.Backend) {
 	if err := wk.Registry.Register(name, b); err != nil {
 		wk.Unavailable = append(wk.Unavailable, sandboxes.Availability{Name: name, Err: err})
 	}
+}
+
+// UnavailableReasons maps each backend of Unavailable to why it cannot run,
+// for bot.Router.Unavailable: the backend's own explanation (which for
+// Docker names the command that builds a missing image), without the
+// "backend unavailable: " that sandboxes.ErrUnavailable puts in front.
+func (wk *Worker) UnavailableReasons() map[string]string {
+	out := make(map[string]string, len(wk.Unavailable))
+	for _, a := range wk.Unavailable {
+		out[a.Name] = strings.TrimPrefix(a.Err.Error(), sandboxes.ErrUnavailable.Error()+": ")
+	}
+	return out
 }
 
 func describe(as []sandboxes.Availability) string {

@@ -174,6 +174,7 @@ var Vars = []Var{
 	{"AGENTBOT_UNSAFE_LOCAL", "false", "true: keep the local backend on while serving Slack or Discord; it is NOT isolated: every allowed chat user gets a shell on this machine as this OS user (without a chat platform, local is on anyway)"},
 	{"AGENTBOT_LOCAL_DIR", "<state dir>/sandboxes", "where local sandboxes live"},
 	{"AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest", "image of Docker sandboxes"},
+	{"AGENTBOT_DEBIAN_MIRROR", "http://deb.debian.org/debian", "Debian mirror scripts/build-sandbox-image.sh builds the sandbox image from (set-up only; the bot and worker ignore it)"},
 	{"AGENTBOT_DOCKER_NETWORK", "none", "network of Docker sandboxes"},
 	{"AGENTBOT_DOCKER_MEMORY_MB", "1024", "memory limit of a Docker sandbox"},
 	{"AGENTBOT_DOCKER_DISK_GB", "10", "size limit of a Docker sandbox's workspace, where the engine supports volume quotas (XFS project quotas); 0 for none"},

@@ -195,32 +195,6 @@ func TestDockerHardening(t *testing.T) {
 	}
 }
 
-func TestDockerMissingImage(t *testing.T) {
-	b := newBackend(t, dockersandbox.Options{})
-	for _, tc := range []struct{ image, hint string }{
-		{"agentbot-sandbox-test:missing-" + randHex(4), "scripts/build-test-image.sh"},
-		{"agentbot-sandbox:missing-" + randHex(4), "docker build -t agentbot-sandbox sandboxes/dockersandbox"},
-	} {
-		t.Run(tc.image, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			inst, err := b.Create(ctx, sandboxes.Spec{Image: tc.image})
-			if err == nil {
-				inst.Destroy(ctx)
-				t.Fatalf("create from missing image %s succeeded", tc.image)
-			}
-			if !errors.Is(err, sandboxes.ErrUnavailable) {
-				t.Errorf("error does not match ErrUnavailable: %v", err)
-			}
-			for _, want := range []string{tc.image, tc.hint} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error does not say %q: %v", want, err)
-				}
-			}
-		})
-	}
-}
-
 func TestDockerUnreachableDaemon(t *testing.T) {
 	b, err := dockersandbox.New(dockersandbox.Options{Host: "unix:///nonexistent/agentbot-docker.sock"})
 	if err != nil {

@@ -18,8 +18,10 @@
 //     Options.Network says otherwise;
 //   - a private IPC namespace, no privileged mode, no restart policy;
 //   - commands run as a non-root user when the image has one (see
-//     Options.User): the test image and the Dockerfile of this package
-//     both have "sandbox", uid 1000, owning /workspace.
+//     Options.User): the default image (scripts/build-sandbox-image.sh, or
+//     the Dockerfile of this package) and the test image
+//     (scripts/build-test-image.sh) all have "sandbox", uid 1000, owning
+//     /workspace.
 //
 // Processes in the container still share the host's kernel: this is
 // isolation against mistakes and casual misuse, not a boundary for hostile
@@ -113,8 +115,11 @@ const Name = "docker"
 const Root = "/workspace"
 
 // DefaultImage is the image sandboxes are made from when neither
-// Options.Image nor Spec.Image names one. Build it with
-// `docker build -t agentbot-sandbox sandboxes/dockersandbox`.
+// Options.Image nor Spec.Image names one. No registry has it: build it with
+// scripts/build-sandbox-image.sh (from Debian packages, no registry needed;
+// scripts/setup.sh runs it), or with
+// `docker build -t agentbot-sandbox sandboxes/dockersandbox` where Docker
+// Hub is reachable.
 const DefaultImage = "agentbot-sandbox:latest"
 
 // Labels set on every sandbox container. The whole dev.agentbot. prefix is
@@ -189,6 +194,9 @@ type Options struct {
 	// DOCKER_TLS_VERIFY and DOCKER_CERT_PATH environment variables, or
 	// the local socket.
 	Host string
+	// Logger receives the backend's few warnings (an engine without
+	// volume quotas); nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Backend creates and attaches Docker sandboxes. It implements
@@ -244,26 +252,98 @@ func (b *Backend) Description() string {
 		b.opts.Image, b.opts.Network, b.opts.MemoryBytes>>20, float64(b.opts.NanoCPUs)/1e9, b.opts.PidsLimit)
 }
 
-// Available pings the Docker daemon, for at most five seconds. The error
-// matches sandboxes.ErrUnavailable and says which daemon address failed.
+// Available reports whether sandboxes of the configured image (Options.Image)
+// can be made: the daemon must answer within five seconds, and the image
+// must be there or, for an image of a registry, be served by it. Every
+// error matches sandboxes.ErrUnavailable and says what is wrong and what to
+// do:
+//
+//   - the daemon does not answer: its address;
+//   - agentbot's own image (agentbot-sandbox, agentbot-sandbox-test; see
+//     OwnImage) is missing: the command that builds it (no registry has
+//     it, so it is never pulled);
+//   - another image is missing and its registry does not answer for it
+//     within ten seconds: the registry's error.
+//
+// For another image that is missing, Available asks the registry, through
+// the daemon, for the image's manifest only (the distribution API): one
+// round trip that proves the registry is reachable and has the image,
+// without the download of a pull, which can take minutes and would hold up
+// the start of the program. Create pulls it on first use.
 func (b *Backend) Available(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := b.cli.Ping(ctx); err != nil {
+	if _, err := b.cli.Ping(pctx); err != nil {
 		return fmt.Errorf("%w: docker daemon at %s is unreachable: %w", sandboxes.ErrUnavailable, b.cli.DaemonHost(), err)
 	}
+	img := b.opts.Image
+	_, err := b.cli.ImageInspect(pctx, img)
+	switch {
+	case err == nil:
+		return nil
+	case !cerrdefs.IsNotFound(err):
+		return fmt.Errorf("%w: inspecting docker image %s: %w", sandboxes.ErrUnavailable, img, err)
+	case OwnImage(img):
+		return missingOwnImage(img)
+	}
+	rctx, cancel := context.WithTimeout(ctx, registryCheckTimeout)
+	defer cancel()
+	if _, err := b.cli.DistributionInspect(rctx, img, ""); err != nil {
+		return fmt.Errorf("%w: docker image %s is not present, and its registry does not serve it "+
+			"(pull or build it, or set another image): %w", sandboxes.ErrUnavailable, img, err)
+	}
 	return nil
+}
+
+// registryCheckTimeout bounds Available's question to the registry of a
+// missing image.
+const registryCheckTimeout = 10 * time.Second
+
+// OwnImage reports whether img names one of agentbot's own images,
+// agentbot-sandbox or agentbot-sandbox-test with any tag or digest and no
+// registry host (or Docker Hub's, where no such image can exist). They are
+// built on this machine (scripts/build-sandbox-image.sh,
+// scripts/build-test-image.sh) and never pulled.
+func OwnImage(img string) bool {
+	n := familiarName(img)
+	return n == ownImage || n == ownTestImage
+}
+
+// familiarName is img without its tag or digest, and without Docker Hub's
+// host and "library/" namespace, which a bare name implies.
+func familiarName(img string) string {
+	name, _, _ := strings.Cut(img, "@")
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		name = name[:i]
+	}
+	for _, p := range []string{"docker.io/", "index.docker.io/", "library/"} {
+		name = strings.TrimPrefix(name, p)
+	}
+	return name
+}
+
+// The names of agentbot's own images, without a tag.
+const (
+	ownImage     = "agentbot-sandbox"
+	ownTestImage = "agentbot-sandbox-test"
+)
+
+// missingOwnImage is the error of one of agentbot's own images that is not
+// on the daemon: it says how to build it.
+func missingOwnImage(img string) error {
+	return fmt.Errorf("%w: docker image %s is not present, and no registry has it (it was not pulled); %s",
+		sandboxes.ErrUnavailable, img, buildHint(img))
 }
 
 // idleScript keeps the container alive between commands and exits at once
 // on docker stop.
 const idleScript = `trap "exit 0" TERM; while :; do sleep 3600 & wait; done`
 
-// Create pulls the image if it is missing, creates and starts a hardened
-// container, and prepares /workspace in it. A missing image that cannot be
-// pulled gives an error matching sandboxes.ErrUnavailable that says how to
-// build it. Spec.Root may only be empty or Root; Spec labels must not use
-// the dev.agentbot. prefix.
+// Create pulls the image if it is missing (never one of agentbot's own,
+// see OwnImage), creates and starts a hardened container, and prepares
+// /workspace in it. A missing image that cannot be had gives an error
+// matching sandboxes.ErrUnavailable that says how to get it. Spec.Root may
+// only be empty or Root; Spec labels must not use the dev.agentbot. prefix.
 //
 // With spec.Key the container is named KeyName(spec.Key) and labelled
 // LabelKey: when the daemon answers that the name is taken, Create attaches
@@ -336,6 +416,13 @@ func (b *Backend) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 	}
 }
 
+func (b *Backend) logger() *slog.Logger {
+	if b.opts.Logger != nil {
+		return b.opts.Logger
+	}
+	return slog.Default()
+}
+
 // containerCreate creates a container, with the workspace bounded when the
 // engine supports volume quotas. An engine that refuses the bound gets the
 // container without it, once and for all, with a warning.
@@ -345,7 +432,7 @@ func (b *Backend) containerCreate(ctx context.Context, cfg *container.Config, na
 	if err != nil && bounded && quotaRefused(err) {
 		b.noQuota.Store(true)
 		b.quotaWarn.Do(func() {
-			slog.Warn("the Docker engine does not support workspace size limits (volume quotas); Docker sandboxes run without one",
+			b.logger().Warn("the Docker engine does not support workspace size limits (volume quotas); Docker sandboxes run without one",
 				"error", err)
 		})
 		resp, err = b.cli.ContainerCreate(ctx, cfg, b.hostConfig(false), nil, nil, name)
@@ -494,7 +581,9 @@ func (b *Backend) hostConfig(bounded bool) *container.HostConfig {
 	}
 }
 
-// ensureImage inspects img and pulls it when missing.
+// ensureImage inspects img and pulls it when missing, unless it is one of
+// agentbot's own images (OwnImage), which no registry has: their absence
+// is reported at once with the command that builds them.
 func (b *Backend) ensureImage(ctx context.Context, img string) (image.InspectResponse, error) {
 	info, err := b.cli.ImageInspect(ctx, img)
 	if err == nil {
@@ -502,6 +591,9 @@ func (b *Backend) ensureImage(ctx context.Context, img string) (image.InspectRes
 	}
 	if !cerrdefs.IsNotFound(err) {
 		return info, b.daemonErr(fmt.Errorf("inspecting image %s: %w", img, err))
+	}
+	if OwnImage(img) {
+		return info, missingOwnImage(img)
 	}
 	pullErr := b.pull(ctx, img)
 	if pullErr == nil {
@@ -511,8 +603,8 @@ func (b *Backend) ensureImage(ctx context.Context, img string) (image.InspectRes
 		}
 		pullErr = err
 	}
-	return info, fmt.Errorf("%w: docker image %s is not present and could not be pulled (%s): %w",
-		sandboxes.ErrUnavailable, img, buildHint(img), pullErr)
+	return info, fmt.Errorf("%w: docker image %s is not present and could not be pulled (pull or build it, or set another image): %w",
+		sandboxes.ErrUnavailable, img, pullErr)
 }
 
 func (b *Backend) pull(ctx context.Context, img string) error {
@@ -525,18 +617,23 @@ func (b *Backend) pull(ctx context.Context, img string) error {
 	return jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
 }
 
-// buildHint says how to get an image that no registry serves.
+// buildHint gives the commands that build one of agentbot's own images
+// (OwnImage) under the name img.
 func buildHint(img string) string {
-	const test = "run scripts/build-test-image.sh to build the test image agentbot-sandbox-test:latest"
-	const full = "run `docker build -t agentbot-sandbox sandboxes/dockersandbox` to build the full image agentbot-sandbox:latest"
-	switch {
-	case strings.HasPrefix(img, "agentbot-sandbox-test"):
-		return test
-	case strings.HasPrefix(img, "agentbot-sandbox"):
-		return full
-	default:
-		return "pull or build it; for agentbot's own images, " + full + ", or " + test
+	if familiarName(img) == ownTestImage {
+		cmd := "scripts/build-test-image.sh"
+		if img != "agentbot-sandbox-test:latest" {
+			cmd = "AGENTBOT_TEST_IMAGE=" + img + " " + cmd
+		}
+		return "build it with `" + cmd + "`"
 	}
+	script, tag := "scripts/build-sandbox-image.sh", ownImage
+	if img != DefaultImage {
+		script += " " + img
+		tag = img
+	}
+	return "build it with `" + script + "` (no registry needed), or, where Docker Hub is reachable, " +
+		"`docker build -t " + tag + " sandboxes/dockersandbox`"
 }
 
 // daemonErr marks an error of an unreachable daemon as ErrUnavailable.
