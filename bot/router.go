@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -41,6 +42,14 @@ type Router struct {
 	// starts new sessions.
 	Backends       []string
 	DefaultBackend string
+	// Unavailable maps the backends that are configured but cannot run
+	// here to why, in words a person can act on (for Docker: the daemon
+	// does not answer, or the image is missing and the command that
+	// builds it). A command that names one of them (switch, new, fork) is
+	// answered with that reason rather than "unknown backend", and
+	// backends lists them. Chat users see the reasons: put no secret in
+	// them (Secrets are redacted from them all the same).
+	Unavailable map[string]string
 	// Options are the settings of new sessions.
 	Options agentflow.AgentOptions
 	// WebUI is the Temporal Web UI's base URL (for status links); empty
@@ -229,6 +238,9 @@ func authorOf(ev Event) string {
 
 // command runs one command of the grammar.
 func (r *Router) command(ctx context.Context, ev Event) (*Response, error) {
+	if resp := r.unavailableBackend(ev.Text); resp != nil {
+		return resp, nil
+	}
 	cmd, err := Parse(ev.Text, r.Backends)
 	if err != nil {
 		return &Response{Text: err.Error(), Private: true}, nil
@@ -262,6 +274,47 @@ func (r *Router) command(ctx context.Context, ev Event) (*Response, error) {
 	return r.dispatch(ctx, ev, thread, cmd)
 }
 
+// unavailableBackend answers a command that names a backend of
+// r.Unavailable (switch, new, fork), which Parse alone would call unknown
+// or, for new, take for the first word of a title: it says why that backend
+// cannot run here. It returns nil for every other command.
+func (r *Router) unavailableBackend(text string) *Response {
+	if len(r.Unavailable) == 0 {
+		return nil
+	}
+	names := slices.Clone(r.Backends)
+	for _, n := range slices.Sorted(maps.Keys(r.Unavailable)) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	cmd, err := Parse(text, names)
+	if err != nil || cmd.Backend == "" || slices.Contains(r.Backends, cmd.Backend) {
+		return nil
+	}
+	text = fmt.Sprintf("The `%s` backend is not available here: %s.", cmd.Backend, strings.TrimSuffix(r.Unavailable[cmd.Backend], "."))
+	if len(r.Backends) > 0 {
+		text += " Available: " + strings.Join(r.Backends, ", ") + "."
+	}
+	return &Response{Text: text, Private: true}
+}
+
+// backendsText is the answer of the backends command: the backends that
+// run here, the default, and those that do not run, with why.
+func (r *Router) backendsText() string {
+	text := "Backends: " + strings.Join(r.Backends, ", ") + ". Default: " + r.DefaultBackend + "."
+	var off []string
+	for _, n := range slices.Sorted(maps.Keys(r.Unavailable)) {
+		if !slices.Contains(r.Backends, n) {
+			off = append(off, fmt.Sprintf("- `%s`: %s", n, r.Unavailable[n]))
+		}
+	}
+	if len(off) > 0 {
+		text += "\nNot available here:\n" + strings.Join(off, "\n")
+	}
+	return text
+}
+
 // mayControl is the gateway's check of a control (see Controls), for a
 // quick and friendly refusal. The session decides: every control request
 // carries who asks (By; a fork's Requester; the transcript query's
@@ -289,7 +342,7 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 		}
 		return &Response{Text: Help(), Private: true}, nil
 	case VerbBackends:
-		return &Response{Text: "Backends: " + strings.Join(r.Backends, ", ") + ". Default: " + r.DefaultBackend + ".", Private: true}, nil
+		return &Response{Text: r.backendsText(), Private: true}, nil
 	case VerbNew:
 		target := thread
 		if target == "" {

@@ -137,6 +137,9 @@ func run(environ []string) error {
 
 	sender := terminal.NewSender(os.Stdout)
 	backends := cfg.Backends
+	// unavailable says why a backend the worker could not register is
+	// missing; with separate workers the bot cannot know.
+	var unavailable map[string]string
 	if embedded {
 		w, err := agentworker.New(ctx, tc, agentworker.Options{
 			Config: cfg, Logger: logger, Chat: map[string]agentflow.ChatSender{"term": sender},
@@ -152,6 +155,7 @@ func run(environ []string) error {
 		}
 		defer w.Stop()
 		backends = w.Registry.Names()
+		unavailable = w.UnavailableReasons()
 		if !slices.Contains(backends, cfg.DefaultBackend) {
 			return fmt.Errorf("the default backend %s cannot run here (%s); set AGENTBOT_DEFAULT_BACKEND to one that can: %s",
 				cfg.DefaultBackend, why(w.Unavailable, cfg.DefaultBackend), strings.Join(backends, ", "))
@@ -172,7 +176,7 @@ func run(environ []string) error {
 	defer cache.Close()
 	access := bot.Access{Users: cfg.AllowedUsers, Channels: cfg.AllowedChannels, Roles: cfg.AllowedRoles, Admins: cfg.Admins}
 	router := &bot.Router{
-		Sessions: agentflow.NewClient(tc), Cache: cache, Access: access, Backends: backends, DefaultBackend: cfg.DefaultBackend,
+		Sessions: agentflow.NewClient(tc), Cache: cache, Access: access, Backends: backends, Unavailable: unavailable, DefaultBackend: cfg.DefaultBackend,
 		Options: agentflow.AgentOptions{
 			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
 		},

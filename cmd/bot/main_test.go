@@ -138,3 +138,43 @@ func removeSandboxes(t *testing.T, image string, since time.Time) {
 		_ = exec.Command("docker", "rm", "--force", "--volumes", id).Run()
 	}
 }
+
+// TestSwitchToMissingImage: when the sandbox image is missing, the start
+// names the docker backend as unavailable with the command that builds
+// the image, and /switch docker says the same instead of failing later.
+func TestSwitchToMissingImage(t *testing.T) {
+	temporal, err := devserver.FindBinary(os.Getenv("AGENTBOT_TEMPORAL_BIN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "bot")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	state := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = []string{
+		"HOME=" + state, "PATH=" + os.Getenv("PATH"), "USER=tester",
+		"AGENTBOT_STATE_DIR=" + state, "AGENTBOT_TEMPORAL_BIN=" + temporal,
+		"AGENTBOT_TEMPORAL_UI_PORT=-1", "OPENAI_BASE_URL=fake",
+		"AGENTBOT_DOCKER_IMAGE=agentbot-sandbox:never-built-" + filepath.Base(state),
+	}
+	cmd.Stdin = strings.NewReader("hello\n/switch docker\n/status\n/quit\n")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bot: %v\n%s", err, out.String())
+	}
+	start, rest, _ := strings.Cut(out.String(), "agentbot terminal")
+	if !strings.Contains(start, "backend docker is not available") || !strings.Contains(start, "scripts/build-sandbox-image.sh") {
+		t.Errorf("the start does not say docker is unavailable and how to build its image:\n%s", start)
+	}
+	if !strings.Contains(rest, "not available here") || !strings.Contains(rest, "scripts/build-sandbox-image.sh") {
+		t.Errorf("/switch docker does not say why docker is unavailable:\n%s", rest)
+	}
+	if strings.Contains(rest, "Switching to") || !strings.Contains(rest, "on `local`") {
+		t.Errorf("the session did not stay on local:\n%s", rest)
+	}
+}
