@@ -138,6 +138,14 @@ type Config struct {
 	AllowEveryone   bool
 
 	LogLevel slog.Level
+	// LogFormat is "text" or "json".
+	LogFormat string
+	// MetricsAddr is the listen address of /metrics; empty means off. When
+	// it equals HTTPAddr, /metrics is served by that server.
+	MetricsAddr string
+	// TraceContent lets message text and command output into span
+	// attributes; off, spans carry IDs, names and counts only.
+	TraceContent bool
 	// Secrets collects the secret values of this configuration, to redact
 	// from chat messages and logs.
 	Secrets []string
@@ -210,6 +218,9 @@ var Vars = []Var{
 	{"AGENTBOT_ALLOW_EVERYONE", "false", "true: serve Slack or Discord with no allowlist, to every member of the workspace or server"},
 	{"AGENTBOT_ADMINS", "(none)", "comma-separated user IDs who may control any session"},
 	{"AGENTBOT_LOG_LEVEL", "info", "debug, info, warn or error"},
+	{"AGENTBOT_LOG_FORMAT", "text", "text or json (one JSON object a line, fixed keys; the chart's default)"},
+	{"AGENTBOT_METRICS_ADDR", "(off)", "listen address of /metrics (Prometheus text format), e.g. :9090; the same as AGENTBOT_HTTP_ADDR shares that server"},
+	{"AGENTBOT_TRACE_CONTENT", "false", "true: message text and command output may enter trace span attributes (off: IDs, names and counts only)"},
 }
 
 // SecretVars are the variables that hold agentbot's secrets. cmd/* keeps
@@ -338,6 +349,9 @@ func Load(environ []string) (Config, error) {
 		AllowedRoles:       list(get("AGENTBOT_ALLOWED_ROLES", "")),
 		Admins:             list(get("AGENTBOT_ADMINS", "")),
 		AllowEveryone:      boolean("AGENTBOT_ALLOW_EVERYONE"),
+		LogFormat:          get("AGENTBOT_LOG_FORMAT", "text"),
+		MetricsAddr:        get("AGENTBOT_METRICS_ADDR", ""),
+		TraceContent:       boolean("AGENTBOT_TRACE_CONTENT"),
 	}
 	switch s := get("TEMPORAL_TLS", ""); s {
 	case "":
@@ -413,6 +427,14 @@ func (c Config) Validate() error {
 	}
 	if (c.TemporalClientCert == "") != (c.TemporalClientKey == "") {
 		errs = append(errs, errors.New("TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH go together: set both or neither"))
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_FORMAT %q: want text or json", c.LogFormat))
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("AGENTBOT_METRICS_ADDR %q: want host:port or :port", c.MetricsAddr))
+		}
 	}
 	if c.HTTPAddr != "off" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {

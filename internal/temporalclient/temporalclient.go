@@ -108,10 +108,17 @@ func Options(cfg config.Config, hostPort string, logger log.Logger) (client.Opti
 // when the cause is recognisable (a server without TLS, a certificate from an
 // unknown CA or for another name, a client certificate missing or refused,
 // credentials refused), says which setting to change.
-func Dial(ctx context.Context, cfg config.Config, hostPort string, logger log.Logger) (client.Client, error) {
+//
+// Each of with is applied to the options before the dial: how cmd/* adds
+// what is not connection configuration (the metrics handler, the tracing
+// interceptor).
+func Dial(ctx context.Context, cfg config.Config, hostPort string, logger log.Logger, with ...func(*client.Options)) (client.Client, error) {
 	opts, err := Options(cfg, hostPort, logger)
 	if err != nil {
 		return nil, err
+	}
+	for _, f := range with {
+		f(&opts)
 	}
 	c, err := client.DialContext(ctx, opts)
 	if err == nil {
