@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -75,6 +77,19 @@ type Activities struct {
 	// everything it hands a chat. Values shorter than redact.MinLen are
 	// ignored.
 	Secrets []string
+	// Meter makes the activities' instruments (model calls and tokens,
+	// tool calls, sandbox operations and snapshot sizes: see metrics.go);
+	// nil records nothing.
+	Meter metric.Meter
+	// TraceContent lets message text and command output into the
+	// attributes of the activities' spans (redacted, cut to 4 KiB); off,
+	// spans carry IDs, names and counts only. The spans themselves come
+	// from the tracing interceptor of the worker's client: without one,
+	// nothing is traced.
+	TraceContent bool
+
+	insOnce sync.Once
+	ins     *instruments
 
 	// nsIDs caches the IDs of Temporal namespaces by name (see
 	// namespaceID).
@@ -207,7 +222,9 @@ func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (
 	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
 	if in.Current != nil {
+		began := time.Now()
 		sb, err := a.Sandboxes.Attach(ctx, *in.Current)
+		a.sandboxOp(ctx, in.Current.Backend, "attach", began, err)
 		if err == nil {
 			res.State = sb.State()
 			return res, nil
@@ -215,14 +232,14 @@ func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (
 		if !errors.Is(err, sandboxes.ErrNotFound) {
 			return res, sandboxErr(err)
 		}
-		a.log().Warn("sandbox lost; recreating", "sandbox_id", in.Current.ID, "workflow_id", in.SessionID)
+		a.log().WarnContext(ctx, "sandbox lost; recreating", "sandbox_id", in.Current.ID, "workflow_id", in.SessionID)
 		res.Lost = true
 	}
 	labels := map[string]string{LabelSession: in.SessionID}
 	// Without the namespace label the reaper never touches the sandbox: a
 	// leak at worst, which beats failing the session's turn.
 	if ns, err := a.namespaceID(ctx); err != nil {
-		a.log().Warn("creating a sandbox the reaper will not know as this namespace's", "workflow_id", in.SessionID, "error", err)
+		a.log().WarnContext(ctx, "creating a sandbox the reaper will not know as this namespace's", "workflow_id", in.SessionID, "error", err)
 	} else if ns != "" {
 		labels[LabelNamespace] = ns
 	}
@@ -230,7 +247,9 @@ func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (
 	if in.Generation > 0 {
 		spec.Key = sandboxKey(in)
 	}
+	began := time.Now()
 	sb, err := a.Sandboxes.Create(ctx, in.Backend, spec)
+	a.sandboxOp(ctx, in.Backend, "create", began, err)
 	if err != nil {
 		return res, sandboxErr(err)
 	}
@@ -244,7 +263,7 @@ func (a *Activities) EnsureSandbox(ctx context.Context, in EnsureSandboxInput) (
 			// to that retry, or to the reaper.
 			if ctx.Err() == nil {
 				if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
-					a.log().Warn("removing a sandbox after a failed restore", "sandbox_id", sb.ID(), "error", derr)
+					a.log().WarnContext(ctx, "removing a sandbox after a failed restore", "sandbox_id", sb.ID(), "error", derr)
 				}
 			}
 			if errors.Is(err, store.ErrNotFound) {
@@ -264,7 +283,10 @@ func (a *Activities) restore(ctx context.Context, sb *sandboxes.Sandbox, key str
 		return sandboxes.SnapshotInfo{}, err
 	}
 	defer r.Close()
-	return sb.Restore(ctx, r)
+	began := time.Now()
+	info, err := sb.Restore(ctx, r)
+	a.sandboxOp(ctx, sb.State().Backend, "restore", began, err)
+	return info, err
 }
 
 // SnapshotSandbox streams a sandbox's workspace into the blob store. The
@@ -281,7 +303,9 @@ func (a *Activities) SnapshotSandbox(ctx context.Context, in SnapshotInput) (res
 		return SnapshotResult{}, err
 	}
 	cw := &countWriter{w: w}
+	began := time.Now()
 	info, err := sb.Snapshot(ctx, cw)
+	a.sandboxOp(ctx, in.State.Backend, "snapshot", began, err)
 	if err != nil {
 		w.Abort(err)
 		return SnapshotResult{}, sandboxErr(err)
@@ -289,9 +313,10 @@ func (a *Activities) SnapshotSandbox(ctx context.Context, in SnapshotInput) (res
 	if err := w.Close(); err != nil {
 		return SnapshotResult{}, err
 	}
+	a.metrics().snapshotSize.Record(ctx, cw.n, metric.WithAttributes(attribute.String("backend", in.State.Backend)))
 	if in.Previous != "" && in.Previous != in.Key {
 		if err := a.Blobs.Delete(ctx, in.Previous); err != nil && !errors.Is(err, store.ErrNotFound) {
-			a.log().Warn("deleting the previous snapshot", "key", in.Previous, "error", err)
+			a.log().WarnContext(ctx, "deleting the previous snapshot", "key", in.Previous, "error", err)
 		}
 	}
 	return SnapshotResult{Key: in.Key, Size: cw.n, Info: info}, nil
@@ -318,7 +343,10 @@ func (a *Activities) StopSandbox(ctx context.Context, in SandboxInput) (err erro
 	if err != nil {
 		return sandboxErr(err)
 	}
-	return sandboxErr(sb.Stop(ctx))
+	began := time.Now()
+	err = sb.Stop(ctx)
+	a.sandboxOp(ctx, in.State.Backend, "stop", began, err)
+	return sandboxErr(err)
 }
 
 // DestroySandbox deletes a sandbox. A sandbox already gone is fine. It
@@ -327,7 +355,9 @@ func (a *Activities) StopSandbox(ctx context.Context, in SandboxInput) (err erro
 func (a *Activities) DestroySandbox(ctx context.Context, in SandboxInput) (err error) {
 	defer a.redactOut(nil, &err)
 	defer heartbeat(ctx)()
+	began := time.Now()
 	err = a.Sandboxes.Destroy(ctx, in.State)
+	a.sandboxOp(ctx, in.State.Backend, "destroy", began, err)
 	if errors.Is(err, sandboxes.ErrNotFound) {
 		return nil
 	}
@@ -394,7 +424,7 @@ func (a *Activities) Deliver(ctx context.Context, m Outbound) (err error) {
 	defer a.redactOut(nil, &err)
 	sender := a.Chat[Platform(m.Thread)]
 	if sender == nil {
-		a.log().Debug("no chat sender for platform; message dropped", "thread", m.Thread, "key", m.Key)
+		a.log().DebugContext(ctx, "no chat sender for platform; message dropped", "thread", m.Thread, "key", m.Key)
 		return nil
 	}
 	if m.Text.Ref != "" {

@@ -589,7 +589,7 @@ func (w *agent) admit(ctx workflow.Context, m MessageRequest) MessageResult {
 		return res
 	}
 	w.MsgSeq++
-	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq, Files: m.Files})
+	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq, Files: m.Files, Trace: m.Trace})
 	w.Seen = append(w.Seen, SeenMessage{ID: m.ID})
 	if len(w.Seen) > maxSeen {
 		w.Seen = w.Seen[len(w.Seen)-maxSeen:]
@@ -855,7 +855,7 @@ func (w *agent) view() SessionView {
 		Tools: append([]ToolStatus(nil), w.tools...), Usage: w.Usage, Forks: w.Forks,
 		Parent: w.Parent, Requester: w.Requester, Created: w.Created, LastError: w.LastError,
 		Snapshot: w.SnapshotKey, Options: w.Options,
-		Undelivered: slices.Clone(w.Undelivered),
+		Undelivered: slices.Clone(w.Undelivered), Trace: w.LastTrace,
 	}
 	if w.Sandbox != nil {
 		v.SandboxID = w.Sandbox.ID
@@ -1053,6 +1053,10 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	}
 	w.Turn++
 	turn := w.Turn
+	endTurn := w.turnMetrics(ctx)
+	// The turn's spans join the trace of its newest message (no
+	// commands change: only the activities' headers).
+	turnCtx, w.LastTrace = withTurnTrace(turnCtx, msgs)
 	res := TurnResult{Turn: turn, Status: TurnRunning}
 	for _, m := range msgs {
 		res.MessageIDs = append(res.MessageIDs, m.ID)
@@ -1062,6 +1066,8 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	}
 	userText := combine(msgs)
 	w.tools = nil
+	// IDs and counts only: message text never goes to the log.
+	w.logger.Info("turn started", "turn", turn, "messages", len(msgs), "backend", w.Backend)
 	w.progress(ctx, turn, TurnRunning, true)
 
 	var answer Text
@@ -1152,10 +1158,22 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	}
 	res.Delivered = w.destroying
 	w.addResult(res, userText)
+	endTurn(res.Status)
+	w.logger.Info("turn finished", "turn", turn, "status", res.Status, "steps", res.Steps,
+		"backend", w.Backend, "sandbox_id", w.sandboxID())
 	w.progress(ctx, turn, res.Status, true)
 	if !w.destroying {
 		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status})
 	}
+}
+
+// sandboxID is the ID of the session's sandbox, for the log; "" when it
+// has none.
+func (w *agent) sandboxID() string {
+	if w.Sandbox == nil {
+		return ""
+	}
+	return w.Sandbox.ID
 }
 
 // savePending writes the messages of a turn that failed or was stopped into

@@ -201,6 +201,10 @@ type MessageRequest struct {
 	// Files were shared with the message; the turn copies them into the
 	// workspace (under uploads/) and tells the agent where they are.
 	Files []InboundFile `json:"files,omitempty"`
+	// Trace is the W3C traceparent of the span that sent the message (the
+	// gateway's span of the inbound event; set by Client.Send when
+	// tracing is on): the turn's spans join that trace.
+	Trace string `json:"trace,omitempty"`
 }
 
 // InboundFile is a file shared in the chat, fetched by the platform's
@@ -412,6 +416,8 @@ type SessionView struct {
 	// Waiting is set by Client.Start when no worker answered for the
 	// session yet: it exists, and runs when a worker is back.
 	Waiting bool `json:"waiting,omitempty"`
+	// Trace is the trace ID of the last turn, when it was traced.
+	Trace string `json:"trace,omitempty"`
 }
 
 // UndeliveredAnswer is an answer that could not be posted to the chat.

@@ -58,6 +58,9 @@ func agentStart(c client.Client, in AgentInput) client.WithStartWorkflowOperatio
 // (too many waiting) is told to the thread. A message without an ID goes
 // as an update, answered by the session's validator.
 func (c *Client) Send(ctx context.Context, start AgentInput, m MessageRequest) (MessageResult, error) {
+	if m.Trace == "" {
+		m.Trace = traceParentOf(ctx)
+	}
 	if m.ID != "" {
 		_, err := c.tc.SignalWithStartWorkflow(ctx, AgentWorkflowID(start.ThreadKey), SignalMessage, m, client.StartWorkflowOptions{
 			ID: AgentWorkflowID(start.ThreadKey), TaskQueue: TaskQueue,

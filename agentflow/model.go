@@ -14,7 +14,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentbot/agentbot/agentflow/llm"
@@ -54,6 +57,13 @@ const maxFitAttempts = 6
 func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res ModelStepResult, err error) {
 	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
+	defer func() {
+		// Counts only: the conversation never goes to the log.
+		if err == nil {
+			a.log().InfoContext(ctx, "model step", "turn", in.Turn, "step", in.Step, "backend", in.Backend,
+				"tool_calls", len(res.ToolCalls))
+		}
+	}()
 	rd := a.redactor()
 	var msgs []llm.Message
 	if in.Transcript.Key != "" {
@@ -71,7 +81,9 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 	// Transcripts written before the session chose its own IDs may hold an
 	// endpoint's ID twice; renaming the later one heals them.
 	taken := uniqueCallIDs(msgs)
+	began := time.Now()
 	resp, err := a.complete(ctx, in, msgs)
+	a.recordModel(ctx, began, resp.Usage, err)
 	if err != nil {
 		if llm.IsPermanent(err) {
 			return ModelStepResult{}, permanent(err.Error(), err)
@@ -81,7 +93,7 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 			// proxy's, a DNS server's): it goes to the log, the chat gets
 			// a sentence and the reference. Retried like any outage.
 			ref := logRef()
-			a.log().Warn("the model endpoint could not be reached", "ref", ref, "workflow_id", in.SessionID,
+			a.log().WarnContext(ctx, "the model endpoint could not be reached", "ref", ref, "workflow_id", in.SessionID,
 				"turn", in.Turn, "step", in.Step, "error", err)
 			return ModelStepResult{}, temporal.NewApplicationError(
 				fmt.Sprintf("the model endpoint could not be reached (ref %s)", ref), errTypeUnreachable)
@@ -91,6 +103,11 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 	reply := resp.Message
 	reply.Role = llm.RoleAssistant
 	rd.Walk(&reply)
+	traceAttrs(ctx, attribute.String("agentbot.workflow_id", in.SessionID), attribute.Int("agentbot.turn", in.Turn),
+		attribute.Int("agentbot.step", in.Step), attribute.String("gen_ai.request.model", a.ModelName),
+		attribute.Int64("gen_ai.usage.input_tokens", resp.Usage.InputTokens), attribute.Int64("gen_ai.usage.output_tokens", resp.Usage.OutputTokens),
+		attribute.String("gen_ai.response.finish_reason", resp.FinishReason), attribute.Int("agentbot.tool_calls", len(reply.ToolCalls)))
+	a.traceContent(trace.SpanFromContext(ctx), "agentbot.answer", reply.Content)
 	if in.FinalOnly && len(reply.ToolCalls) > 0 {
 		// No tools were offered; calls made anyway are dropped (they
 		// would need results) and said instead.
@@ -120,7 +137,7 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 		old := transcriptKey(in.SessionID, version-2)
 		if old != in.Transcript.Key {
 			if err := a.Blobs.Delete(ctx, old); err != nil && !errors.Is(err, store.ErrNotFound) {
-				a.log().Warn("deleting an old transcript version", "key", old, "error", err)
+				a.log().WarnContext(ctx, "deleting an old transcript version", "key", old, "error", err)
 			}
 		}
 	}
@@ -177,7 +194,7 @@ func (a *Activities) complete(ctx context.Context, in ModelStepInput, msgs []llm
 			// Nothing left to cut: the error stands.
 			return resp, err
 		}
-		a.log().Info("the conversation does not fit the model's context; compacting it harder",
+		a.log().InfoContext(ctx, "the conversation does not fit the model's context; compacting it harder",
 			"workflow_id", in.SessionID, "turn", in.Turn, "step", in.Step,
 			"attempt", attempt, "sent_chars", sent, "budget_chars", budget, "error", err)
 		convo = next

@@ -316,7 +316,7 @@ func (a *Activities) ReapSandboxes(ctx context.Context, in ReaperInput) (res Rea
 		}
 		if err != nil {
 			res.Errors++
-			a.log().Warn("reaper: listing sandboxes failed", "backend", backend, "error", err)
+			a.log().WarnContext(ctx, "reaper: listing sandboxes failed", "backend", backend, "error", err)
 			continue
 		}
 		for _, l := range list {
@@ -336,7 +336,7 @@ func (a *Activities) ReapSandboxes(ctx context.Context, in ReaperInput) (res Rea
 			switch {
 			case v.err != nil:
 				res.Errors++
-				a.log().Warn("reaper: cannot tell whether a sandbox is in use", "workflow_id", id, "sandbox_id", l.ID, "error", v.err)
+				a.log().WarnContext(ctx, "reaper: cannot tell whether a sandbox is in use", "workflow_id", id, "sandbox_id", l.ID, "error", v.err)
 				continue
 			case !v.s.known:
 				why = "its session is unknown to Temporal"
@@ -354,11 +354,11 @@ func (a *Activities) ReapSandboxes(ctx context.Context, in ReaperInput) (res Rea
 			err := a.Sandboxes.Destroy(ctx, l.State)
 			if err != nil && !errors.Is(err, sandboxes.ErrNotFound) {
 				res.Errors++
-				a.log().Warn("reaper: destroying an orphaned sandbox failed", "workflow_id", id, "sandbox_id", l.ID, "backend", backend, "error", err)
+				a.log().WarnContext(ctx, "reaper: destroying an orphaned sandbox failed", "workflow_id", id, "sandbox_id", l.ID, "backend", backend, "error", err)
 				continue
 			}
 			res.SandboxesDestroyed++
-			a.log().Info("reaper: destroyed a sandbox", "workflow_id", id, "sandbox_id", l.ID, "backend", backend,
+			a.log().InfoContext(ctx, "reaper: destroyed a sandbox", "workflow_id", id, "sandbox_id", l.ID, "backend", backend,
 				"reason", why, "created", l.Created)
 		}
 	}
@@ -396,7 +396,7 @@ func (a *Activities) ReapSessionData(ctx context.Context, in ReaperInput) (res R
 		s, err := a.describeSession(ctx, id)
 		if err != nil {
 			res.Errors++
-			a.log().Warn("reaper: cannot tell whether a session ended", "workflow_id", id, "error", err)
+			a.log().WarnContext(ctx, "reaper: cannot tell whether a session ended", "workflow_id", id, "error", err)
 			continue
 		}
 		if s.running || (s.known && now.Sub(s.closed) < in.Retention) {
@@ -405,7 +405,7 @@ func (a *Activities) ReapSessionData(ctx context.Context, in ReaperInput) (res R
 		newest, has, err := a.newestBlob(ctx, id)
 		if err != nil {
 			res.Errors++
-			a.log().Warn("reaper: listing a session's data failed", "workflow_id", id, "error", err)
+			a.log().WarnContext(ctx, "reaper: listing a session's data failed", "workflow_id", id, "error", err)
 			continue
 		}
 		if !has || (!s.known && now.Sub(newest) < in.Retention) {
@@ -413,11 +413,11 @@ func (a *Activities) ReapSessionData(ctx context.Context, in ReaperInput) (res R
 		}
 		if err := a.deleteSession(ctx, id); err != nil {
 			res.Errors++
-			a.log().Warn("reaper: deleting a session's data failed", "workflow_id", id, "error", err)
+			a.log().WarnContext(ctx, "reaper: deleting a session's data failed", "workflow_id", id, "error", err)
 			continue
 		}
 		res.SessionsDeleted++
-		a.log().Info("reaper: deleted the data of a session past the retention", "workflow_id", id,
+		a.log().InfoContext(ctx, "reaper: deleted the data of a session past the retention", "workflow_id", id,
 			"known", s.known, "closed", s.closed, "newest", newest)
 	}
 	return res, nil

@@ -29,6 +29,8 @@ type AgentState struct {
 	Resets    int    `json:"resets,omitempty"`
 	Turn      int    `json:"turn"`
 	LastError string `json:"last_error,omitempty"`
+	// LastTrace is the trace ID of the last turn, when it was traced.
+	LastTrace string `json:"last_trace,omitempty"`
 	Paused    bool   `json:"paused,omitempty"`
 	Destroyed bool   `json:"destroyed,omitempty"`
 
@@ -79,6 +81,8 @@ type QueuedMessage struct {
 	At     time.Time     `json:"at"`
 	Seq    int64         `json:"seq"`
 	Files  []InboundFile `json:"files,omitempty"`
+	// Trace is MessageRequest.Trace.
+	Trace string `json:"trace,omitempty"`
 }
 
 // SeenMessage remembers a message ID and the turn that handled it (0 while

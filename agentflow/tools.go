@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentbot/agentbot/agentflow/llm"
@@ -82,7 +84,13 @@ const (
 func (a *Activities) RunTool(ctx context.Context, in ToolInput) (res ToolResult, err error) {
 	defer a.redactOut(&res, &err)
 	defer heartbeat(ctx)()
+	defer a.logTool(ctx, in, &res, &err)
 	res = ToolResult{CallID: in.Call.ID, Name: in.Call.Name}
+	defer func() { a.recordTool(ctx, in.Call.Name, res, err) }()
+	traceAttrs(ctx, attribute.String("agentbot.workflow_id", in.SessionID), attribute.Int("agentbot.turn", in.Turn),
+		attribute.Int("agentbot.step", in.Step), attribute.String("agentbot.tool", in.Call.Name),
+		attribute.String("agentbot.tool_call_id", in.Call.ID), attribute.String("agentbot.backend", in.State.Backend),
+		attribute.String("agentbot.sandbox_id", in.State.ID))
 	args := in.Call.Arguments
 	if in.Call.ArgsRef != "" {
 		data, err := a.getBlob(ctx, in.Call.ArgsRef)
@@ -118,7 +126,10 @@ func (a *Activities) RunTool(ctx context.Context, in ToolInput) (res ToolResult,
 		if err := decodeArgs(args, &p); err != nil || p.Path == "" {
 			return badArgs(res, `read_file needs {"path": "..."}`, err), nil
 		}
-		data, err := sb.ReadFile(ctx, p.Path, maxReadFile)
+		sctx, span := startSpan(ctx, "sandbox.read_file", attribute.String("agentbot.backend", in.State.Backend), attribute.String("agentbot.sandbox_id", in.State.ID))
+		a.traceContent(span, "agentbot.path", p.Path)
+		data, err := sb.ReadFile(sctx, p.Path, maxReadFile)
+		endSpan(span, err)
 		if err != nil {
 			if isSandboxFailure(err) {
 				return res, lostErr(err)
@@ -144,7 +155,12 @@ func (a *Activities) RunTool(ctx context.Context, in ToolInput) (res ToolResult,
 			return badArgs(res, `write_file needs {"path": "...", "content": "..."}`, err), nil
 		}
 		res.Mutating = true
-		if err := sb.WriteFile(ctx, p.Path, []byte(*p.Content), 0o644); err != nil {
+		sctx, span := startSpan(ctx, "sandbox.write_file", attribute.String("agentbot.backend", in.State.Backend), attribute.String("agentbot.sandbox_id", in.State.ID),
+			attribute.Int("agentbot.bytes", len(*p.Content)))
+		a.traceContent(span, "agentbot.path", p.Path)
+		err := sb.WriteFile(sctx, p.Path, []byte(*p.Content), 0o644)
+		endSpan(span, err)
+		if err != nil {
 			if isSandboxFailure(err) {
 				return res, lostErr(err)
 			}
@@ -160,6 +176,15 @@ func (a *Activities) RunTool(ctx context.Context, in ToolInput) (res ToolResult,
 		res.Output = fmt.Sprintf("unknown tool %q; the tools are shell, read_file and write_file", in.Call.Name)
 		return res, nil
 	}
+}
+
+// logTool logs a tool call's outcome with the fixed keys (the handler adds
+// the workflow, run and thread of ctx): IDs, the tool's name and whether it
+// worked, never its arguments or output. An error is returned, so the SDK
+// logs it; this line only says there was one.
+func (a *Activities) logTool(ctx context.Context, in ToolInput, res *ToolResult, err *error) {
+	a.log().InfoContext(ctx, "tool call", "turn", in.Turn, "step", in.Step, "tool", in.Call.Name,
+		"sandbox_id", in.State.ID, "backend", in.State.Backend, "ok", res.OK, "failed", *err != nil)
 }
 
 // isSandboxFailure tells a failure of the sandbox (gone, unreachable) from
@@ -201,14 +226,26 @@ func (a *Activities) shell(ctx context.Context, sb *sandboxes.Sandbox, in ToolIn
 		}()
 		return pw, done
 	}}
-	out, err := sb.Exec(ctx, sandboxes.ExecRequest{
+	began := time.Now()
+	sctx, span := startSpan(ctx, "sandbox.exec", attribute.String("agentbot.backend", in.State.Backend), attribute.String("agentbot.sandbox_id", in.State.ID))
+	a.traceContent(span, "agentbot.command", command)
+	defer span.End()
+	out, err := sb.Exec(sctx, sandboxes.ExecRequest{
 		Command: command, Timeout: timeout, MaxOutput: MaxToolOutput / 2,
 		// Half of the file's bound for each stream: the sandbox hands
 		// the file the head and tail of each, and says what it left out.
 		MaxStream: MaxKeptOutput / 2,
 		Stdout:    spillStream{spill, "stdout"}, Stderr: spillStream{spill, "stderr"},
 	})
+	a.sandboxOp(ctx, in.State.Backend, "exec", began, err)
 	wrote, spilled := spill.finish()
+	if err != nil {
+		span.SetStatus(codes.Error, "exec failed")
+	} else {
+		span.SetAttributes(attribute.Int("agentbot.exit_code", out.ExitCode), attribute.Bool("agentbot.timed_out", out.TimedOut))
+		a.traceContent(span, "agentbot.stdout", out.Stdout.String())
+		a.traceContent(span, "agentbot.stderr", out.Stderr.String())
+	}
 	switch {
 	case err != nil && errors.Is(err, sandboxes.ErrTimeout):
 	case err != nil && ctx.Err() != nil:

@@ -47,7 +47,7 @@ func (a *Activities) AppendTranscript(ctx context.Context, in AppendInput) (ref 
 	if version >= 2 {
 		if old := transcriptKey(in.SessionID, version-2); old != in.Transcript.Key {
 			if err := a.Blobs.Delete(ctx, old); err != nil && !errors.Is(err, store.ErrNotFound) {
-				a.log().Warn("deleting an old transcript version", "key", old, "error", err)
+				a.log().WarnContext(ctx, "deleting an old transcript version", "key", old, "error", err)
 			}
 		}
 	}

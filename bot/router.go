@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/internal/redact"
@@ -62,6 +66,17 @@ type Router struct {
 	// session or a person put there. Values shorter than redact.MinLen are
 	// ignored.
 	Secrets []string
+	// Tracer starts the span of each event (see Handle); nil traces
+	// nothing. TraceContent lets the event's text into that span.
+	Tracer       trace.Tracer
+	TraceContent bool
+	// Meter makes the router's instruments (inbound events, duplicates,
+	// access refusals, thread cache lookups: see Metrics); nil records
+	// nothing.
+	Meter metric.Meter
+
+	insOnce sync.Once
+	ins     *Metrics
 
 	mu    sync.Mutex
 	local map[string]time.Time // event IDs seen (until when), while the cache is down
@@ -71,9 +86,14 @@ type Router struct {
 
 // Handle routes one event and answers through reply. It returns an error
 // only when reply itself fails; what goes wrong with the event is told to
-// the person (with an ID to find the log line) and logged.
+// the person (with an ID to find the log line) and logged. With a Tracer,
+// the event is a span, the root of the trace of what it causes (the
+// Temporal call and, for a message, the turn).
 func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
+	ctx, span := r.startSpan(ctx, ev)
+	defer span.End()
 	reply = redactReplies(reply, r.Secrets)
+	r.metrics().Event(ctx, ev.Platform, ev.Kind)
 	// An event is claimed for a short while (ClaimTTL) before it is
 	// handed to Temporal, where it becomes durable (a message's signal is
 	// in the session's history, a control request is an update named
@@ -90,14 +110,23 @@ func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 		// safe. Only a settled event is dropped.
 		if !r.claim(ctx, claim) && !(ev.Retry && !r.settled(ctx, claim)) {
 			r.log().Debug("dropped a repeated event", "event_id", ev.ID, "thread", ev.ThreadKey)
+			r.metrics().Duplicate(ctx, ev.Platform)
 			return nil
 		}
 	}
 	if !r.Access.Allowed(ev) {
 		r.log().Info("refused an event from outside the allowlist", "user", ev.User, "channel", ev.Channel)
+		r.metrics().Refused(ctx, ev.Platform, RefusedAccess)
 		return reply.Reply(ctx, Response{Text: "Sorry — you are not on this bot's allowlist here, so I can't help with that.", Private: true})
 	}
 	resp, err := r.route(ctx, ev)
+	// The thread of the session the event went to: a message in a
+	// channel starts one in a new thread (NewThreadKey).
+	if thread := cmp.Or(ev.ThreadKey, ev.NewThreadKey); err == nil && thread != "" {
+		// IDs only: what the person wrote never goes to the log.
+		r.log().InfoContext(ctx, "event handled", "platform", ev.Platform, "kind", string(ev.Kind),
+			"thread", thread, "workflow_id", agentflow.AgentWorkflowID(thread), "event_id", ev.ID)
+	}
 	if claim != "" {
 		if err != nil && !final(err) {
 			r.release(claim) // let the platform's retry try again
@@ -498,6 +527,10 @@ func statusText(v agentflow.SessionView) string {
 	if v.LastError != "" {
 		fmt.Fprintf(&b, "\nlast error: %s", v.LastError)
 	}
+	if v.Trace != "" {
+		// What to search for in the tracing backend (Jaeger, Tempo...).
+		fmt.Fprintf(&b, "\nlast turn: trace `%s`", v.Trace)
+	}
 	return b.String()
 }
 
@@ -551,6 +584,7 @@ func (r *Router) webUI(workflowID string) string {
 func (r *Router) lookup(ctx context.Context, thread string) (agentflow.Presence, error) {
 	if r.Cache != nil {
 		e, ok, err := r.Cache.GetThread(ctx, thread)
+		r.metrics().CacheLookup(ctx, ok, err)
 		switch {
 		case err != nil:
 			r.log().Debug("thread cache unavailable; asking Temporal", "thread", thread, "error", err)
@@ -734,6 +768,11 @@ func (r *Router) failure(ev Event, err error) *Response {
 	ref := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff)
 	r.log().Error("event failed", "ref", ref, "thread", ev.ThreadKey, "kind", ev.Kind, "error", err)
 	return &Response{Text: fmt.Sprintf("Sorry, something went wrong (ref %s).", ref), Private: true}
+}
+
+func (r *Router) metrics() *Metrics {
+	r.insOnce.Do(func() { r.ins = NewMetrics(r.Meter) })
+	return r.ins
 }
 
 func (r *Router) log() *slog.Logger {

@@ -839,6 +839,15 @@ func TestEnvironmentLoads(t *testing.T) {
 				if cfg.TemporalAddress == "" {
 					t.Errorf("%s: no TEMPORAL_ADDRESS: the process would start an embedded dev server", comp)
 				}
+				// Logs are JSON unless the values say otherwise (full: text).
+				if want := map[bool]string{true: "text", false: "json"}[c.name == "full"]; cfg.LogFormat != want {
+					t.Errorf("%s: AGENTBOT_LOG_FORMAT is %q, want %q", comp, cfg.LogFormat, want)
+				}
+				// Metrics are on by default, on the port the
+				// ServiceMonitor scrapes (http).
+				if cfg.MetricsAddr != cfg.HTTPAddr {
+					t.Errorf("%s: AGENTBOT_METRICS_ADDR is %q, want AGENTBOT_HTTP_ADDR %q", comp, cfg.MetricsAddr, cfg.HTTPAddr)
+				}
 				// The listen port is the container's port named http.
 				_, port, _ := strings.Cut(cfg.HTTPAddr, ":")
 				if !slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool {

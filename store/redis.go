@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // DefaultRedisPrefix is the key prefix of a RedisCache given none.
@@ -42,6 +44,9 @@ type RedisOptions struct {
 	// OpTimeout bounds each call, waiting for a connection included; 0
 	// means DefaultRedisOpTimeout. A call's own ctx can only shorten it.
 	OpTimeout time.Duration
+	// Meter counts failed calls (agentbot_redis_errors_total); nil counts
+	// nothing.
+	Meter metric.Meter
 }
 
 // RedisCache is the thread cache and event de-duplication in Redis, shared
@@ -61,6 +66,7 @@ type RedisCache struct {
 	opTimeout time.Duration
 	log       *slog.Logger
 
+	errs      metric.Int64Counter
 	down      atomic.Bool // the last call that reached a verdict failed
 	closeOnce sync.Once
 	closeErr  error
@@ -103,6 +109,13 @@ func NewRedisCache(rawURL string, opts RedisOptions) (*RedisCache, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Meter == nil {
+		opts.Meter = noop.NewMeterProvider().Meter("")
+	}
+	// Errors of the meter are for invalid names, fixed here; it then
+	// hands back a working no-op counter.
+	errs, _ := opts.Meter.Int64Counter("agentbot_redis_errors",
+		metric.WithDescription("Calls to Redis (thread cache, event de-duplication) that failed or timed out; the bot carries on from Temporal."))
 	ro.DialTimeout = opts.DialTimeout
 	ro.ReadTimeout = opts.OpTimeout
 	ro.WriteTimeout = opts.OpTimeout
@@ -117,6 +130,7 @@ func NewRedisCache(rawURL string, opts RedisOptions) (*RedisCache, error) {
 		addr:      ro.Addr,
 		opTimeout: opts.OpTimeout,
 		log:       opts.Logger,
+		errs:      errs,
 	}, nil
 }
 
@@ -327,6 +341,7 @@ func (c *RedisCache) do(ctx context.Context, f func(ctx context.Context) error) 
 		// Not context.DeadlineExceeded: the caller's deadline did not pass.
 		err = fmt.Errorf("no reply from redis %s within %v", c.addr, c.opTimeout)
 	}
+	c.errs.Add(ctx, 1)
 	if c.down.CompareAndSwap(false, true) {
 		c.log.Warn("redis cache unavailable; callers carry on without it", "addr", c.addr, "error", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bwmarrin/discordgo"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/bot"
@@ -49,6 +50,9 @@ type InboundConfig struct {
 	HTTPClient *http.Client
 	// Logger receives the adapter's logs; nil means slog.Default.
 	Logger *slog.Logger
+	// Meter counts REST calls and refused signatures (see bot.Metrics);
+	// nil counts nothing.
+	Meter metric.Meter
 	// Workers is how many events are handled at once (default 8).
 	Workers int
 	// QueueSize is how many acknowledged events may wait for a worker
@@ -99,6 +103,7 @@ type Inbound struct {
 	handler Handler
 	log     *slog.Logger
 	pubKey  ed25519.PublicKey
+	metrics *bot.Metrics // nil counts nothing
 
 	startMu sync.Mutex
 	opened  bool
@@ -111,6 +116,9 @@ type Inbound struct {
 	channels map[string]*discordgo.Channel
 
 	pool *bot.Pool
+
+	connMu  sync.Mutex
+	connErr error // nil while the gateway is connected; see Connected
 }
 
 // NewInbound returns an Inbound that hands events to h. It checks cfg
@@ -146,13 +154,36 @@ func NewInbound(cfg InboundConfig, h Handler) (*Inbound, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discord: %w", err)
 	}
+	ms := meterOf(cfg.Meter)
+	dg.Client = meteredClient(dg.Client, ms)
 	dg.Identify.Intents = Intents
-	in := &Inbound{cfg: cfg, dg: dg, handler: h, log: cfg.Logger.With("platform", Platform), pubKey: key,
+	in := &Inbound{cfg: cfg, dg: dg, handler: h, metrics: ms, log: cfg.Logger.With("platform", Platform), pubKey: key,
 		appID: cfg.AppID, channels: map[string]*discordgo.Channel{},
 		pool: bot.NewPool(Platform, cfg.Workers, cfg.QueueSize, cfg.HandleTimeout, cfg.Logger.With("platform", Platform))}
 	dg.AddHandler(func(_ *discordgo.Session, m *discordgo.MessageCreate) { in.onMessage(m.Message) })
 	dg.AddHandler(func(_ *discordgo.Session, i *discordgo.InteractionCreate) { in.onInteraction(i.Interaction) })
+	in.connErr = errors.New("gateway not connected yet")
+	dg.AddHandler(func(*discordgo.Session, *discordgo.Ready) { in.setConn(nil) })
+	dg.AddHandler(func(*discordgo.Session, *discordgo.Resumed) { in.setConn(nil) })
+	dg.AddHandler(func(*discordgo.Session, *discordgo.Disconnect) {
+		in.setConn(errors.New("gateway disconnected; reconnecting"))
+	})
 	return in, nil
+}
+
+// Connected returns nil while the gateway connection is up (Discord said
+// Ready or Resumed since the last disconnect), and an error saying why not
+// otherwise. It is a readiness check.
+func (in *Inbound) Connected() error {
+	in.connMu.Lock()
+	defer in.connMu.Unlock()
+	return in.connErr
+}
+
+func (in *Inbound) setConn(err error) {
+	in.connMu.Lock()
+	defer in.connMu.Unlock()
+	in.connErr = err
 }
 
 // Start learns who the bot is, registers the /agent command (a bulk

@@ -59,6 +59,7 @@ func (in *Inbound) HTTPHandler() http.Handler {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxInteractionBody)
 		if in.pubKey == nil || !discordgo.VerifyInteraction(r, in.pubKey) {
+			in.metrics.Refused(r.Context(), Platform, bot.RefusedSignature)
 			http.Error(w, "invalid request signature", http.StatusUnauthorized)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bwmarrin/discordgo"
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -68,6 +69,9 @@ type SenderConfig struct {
 	// UploadOver is the answer length in characters past which the answer
 	// is attached as a file (default DefaultUploadOver).
 	UploadOver int
+	// Meter counts the REST calls (see bot.Metrics.ChatCall); nil counts
+	// nothing.
+	Meter metric.Meter
 }
 
 // Sender posts sessions' outbound messages to Discord channels and
@@ -123,6 +127,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discord sender: %w", err)
 	}
+	dg.Client = meteredClient(dg.Client, meterOf(cfg.Meter))
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"github.com/agentbot/agentbot/bot"
 )
 
 // Paths HTTPHandler serves; the HTTP manifest's request URLs end in them.
@@ -63,6 +65,7 @@ func (in *Inbound) verified(w http.ResponseWriter, r *http.Request) ([]byte, boo
 	}
 	if err != nil {
 		in.log.Warn("refused a slack request with a bad or stale signature", "path", r.URL.Path, "remote", r.RemoteAddr, "error", err)
+		in.metrics.Refused(r.Context(), Platform, bot.RefusedSignature)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return nil, false
 	}

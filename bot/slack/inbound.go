@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentbot/agentbot/bot"
 )
@@ -52,6 +53,9 @@ type InboundConfig struct {
 	HTTPClient *http.Client
 	// Logger receives the adapter's logs; nil means slog.Default.
 	Logger *slog.Logger
+	// Meter counts Web API calls and refused signatures (see
+	// bot.Metrics); nil counts nothing.
+	Meter metric.Meter
 	// Workers is how many events are handled at once (default 8).
 	Workers int
 	// QueueSize is how many acknowledged events may wait for a worker
@@ -98,6 +102,9 @@ type Inbound struct {
 	links   *Links
 	log     *slog.Logger
 	http    *http.Client
+	// out is http, counted (metrics); nil metrics count nothing.
+	out     *http.Client
+	metrics *bot.Metrics
 
 	idMu sync.Mutex
 	id   *identity // nil until Start succeeds
@@ -105,6 +112,8 @@ type Inbound struct {
 	names nameCache
 
 	pool *bot.Pool
+
+	conn connState // of Socket Mode; see Connected
 }
 
 // identity is who the bot is, from auth.test.
@@ -132,7 +141,12 @@ func NewInbound(cfg InboundConfig, h Handler, replier ReplyPoster) *Inbound {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	opts := []slack.Option{slack.OptionHTTPClient(cfg.HTTPClient)}
+	ms := meterOf(cfg.Meter)
+	// The Web API calls and answers to response URLs are counted; the
+	// Socket Mode dial takes its proxy and TLS settings from the plain
+	// client (in.http).
+	out := meteredClient(cfg.HTTPClient, ms)
+	opts := []slack.Option{slack.OptionHTTPClient(out)}
 	if cfg.APIURL != "" {
 		opts = append(opts, slack.OptionAPIURL(strings.TrimRight(cfg.APIURL, "/")+"/"))
 	}
@@ -151,6 +165,8 @@ func NewInbound(cfg InboundConfig, h Handler, replier ReplyPoster) *Inbound {
 		links:   NewLinks(api, cfg.Logger),
 		log:     cfg.Logger.With("platform", Platform),
 		http:    cfg.HTTPClient,
+		out:     out,
+		metrics: ms,
 		names:   nameCache{m: make(map[string]cachedName)},
 		pool:    bot.NewPool(Platform, cfg.Workers, cfg.QueueSize, cfg.HandleTimeout, cfg.Logger.With("platform", Platform)),
 	}

@@ -91,7 +91,7 @@ func (r *slashReplier) webhook(ctx context.Context, text string, blocks []slack.
 	if len(blocks) > 0 {
 		msg.Blocks = &slack.Blocks{BlockSet: blocks}
 	}
-	if err := slack.PostWebhookCustomHTTPContext(ctx, r.responseURL, r.in.http, msg); err != nil {
+	if err := slack.PostWebhookCustomHTTPContext(ctx, r.responseURL, r.in.out, msg); err != nil {
 		return fmt.Errorf("slack: answering a slash command in channel %s: %w", r.channel, err)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/slack-go/slack"
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -97,6 +98,9 @@ type SenderConfig struct {
 	// UploadLines is the line count past which an answer is uploaded as a
 	// file (default DefaultUploadLines).
 	UploadLines int
+	// Meter counts the Web API calls (see bot.Metrics.ChatCall); nil
+	// counts nothing.
+	Meter metric.Meter
 }
 
 // Sender posts sessions' outbound messages to Slack threads. It
@@ -179,7 +183,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if hc == nil {
 		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 2 * time.Minute}
 	}
-	opts = append(opts, slack.OptionHTTPClient(hc))
+	opts = append(opts, slack.OptionHTTPClient(meteredClient(hc, meterOf(cfg.Meter))))
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

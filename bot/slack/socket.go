@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -41,6 +42,7 @@ func (in *Inbound) RunSocketMode(ctx context.Context) error {
 	)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer in.setConn(errors.New("socket mode is not running"))
 	runErr := make(chan error, 1)
 	go func() { runErr <- smc.RunContext(runCtx) }()
 	for {
@@ -59,6 +61,7 @@ func (in *Inbound) RunSocketMode(ctx context.Context) error {
 // onSocketEvent acknowledges one Socket Mode event, then hands its work
 // to the pool.
 func (in *Inbound) onSocketEvent(ctx context.Context, smc *socketmode.Client, evt socketmode.Event) {
+	in.track(evt)
 	switch evt.Type {
 	case socketmode.EventTypeConnected:
 		in.log.Info("slack socket mode connected")
@@ -114,6 +117,54 @@ func (in *Inbound) onSocketEvent(ctx context.Context, smc *socketmode.Client, ev
 	}
 	if err := in.submit(ctx, job); err != nil {
 		in.log.Warn("an acknowledged slack envelope was not handled", "envelope_id", req.EnvelopeID, "error", err)
+	}
+}
+
+// connState is what Connected reports: nil while a Socket Mode
+// connection is up.
+type connState struct {
+	mu  sync.Mutex
+	err error
+	set bool // false until RunSocketMode has seen an event
+}
+
+// Connected returns nil while a Socket Mode connection is open, and an
+// error saying why not otherwise: not connected yet, reconnecting (Slack
+// asked for it, or the connection broke) with the last dial error, or
+// RunSocketMode not running. It is a readiness check: an Inbound that
+// serves only HTTP has no connection to report, and callers do not ask it.
+func (in *Inbound) Connected() error {
+	in.conn.mu.Lock()
+	defer in.conn.mu.Unlock()
+	if !in.conn.set {
+		return errors.New("socket mode not connected yet")
+	}
+	return in.conn.err
+}
+
+func (in *Inbound) setConn(err error) {
+	in.conn.mu.Lock()
+	defer in.conn.mu.Unlock()
+	in.conn.err, in.conn.set = err, true
+}
+
+// track follows the connection's state through slack-go's events.
+func (in *Inbound) track(evt socketmode.Event) {
+	switch evt.Type {
+	case socketmode.EventTypeConnected:
+		in.setConn(nil)
+	case socketmode.EventTypeConnecting:
+		in.setConn(errors.New("socket mode connecting"))
+	case socketmode.EventTypeDisconnect:
+		in.setConn(errors.New("socket mode reconnecting (slack asked to)"))
+	case socketmode.EventTypeInvalidAuth:
+		in.setConn(errors.New("socket mode: the app token was refused"))
+	case socketmode.EventTypeConnectionError:
+		err := errors.New("socket mode connection failed")
+		if ce, ok := evt.Data.(*slack.ConnectionErrorEvent); ok && ce.ErrorObj != nil {
+			err = fmt.Errorf("socket mode connection failed: %w", ce.ErrorObj)
+		}
+		in.setConn(err)
 	}
 }
 

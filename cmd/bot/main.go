@@ -25,6 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -43,7 +44,9 @@ import (
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/devserver"
 	"github.com/agentbot/agentbot/internal/health"
+	"github.com/agentbot/agentbot/internal/logging"
 	"github.com/agentbot/agentbot/internal/secretenv"
+	"github.com/agentbot/agentbot/internal/telemetry"
 	"github.com/agentbot/agentbot/internal/temporalclient"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/store"
@@ -99,7 +102,12 @@ func run(environ []string) error {
 	if slackMode || discordMode {
 		logOut = os.Stderr
 	}
-	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// One handler for everything, the Temporal SDK included: the format
+	// and level of the configuration, fixed keys, secrets redacted.
+	logger := logging.New(logOut, cfg)
+	// Libraries that log through the standard log package (discordgo)
+	// write through the same handler.
+	slog.SetDefault(logger)
 	logger.Info("agentbot gateway starting", "version", version)
 	for _, w := range cfg.Warnings() {
 		logger.Warn(w)
@@ -129,7 +137,37 @@ func run(environ []string) error {
 	if err := secretenv.Restore(environ, config.SDKSecretVars); err != nil {
 		return err
 	}
-	tc, err := temporalclient.Dial(ctx, cfg, addr, tlog.NewStructuredLogger(logger))
+	// Traces (off unless OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set): a
+	// span per inbound event (bot.Router), and through the client's
+	// interceptor the Temporal calls and, embedded, the workflows and
+	// activities of the in-process worker. Flushed last.
+	tracing, err := telemetry.NewTracing(ctx, environ, telemetry.TraceOptions{Service: "agentbot-bot", Version: version, Content: cfg.TraceContent})
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer shutdown(tracing.Shutdown)
+	logger.Info("traces", "to", tracing.Describe())
+	// Metrics (off unless AGENTBOT_METRICS_ADDR is set): ours, the
+	// Temporal SDK's and, embedded, the in-process worker's, on /metrics.
+	// Served by the chat's HTTP server when the addresses are the same,
+	// else (and in the terminal, which has none) by a server of their own.
+	var metrics *telemetry.Metrics
+	var meter metric.Meter
+	if cfg.MetricsAddr != "" {
+		if metrics, err = telemetry.NewMetrics("agentbot-bot"); err != nil {
+			return err
+		}
+		defer shutdown(metrics.Shutdown)
+		meter = metrics.Meter()
+		if !(slackMode || discordMode) || cfg.MetricsAddr != cfg.HTTPAddr {
+			_, stopMetrics, err := metrics.Serve(cfg.MetricsAddr, logger)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
+		}
+	}
+	tc, err := temporalclient.Dial(ctx, cfg, addr, tlog.NewStructuredLogger(logger), tracing.WithTemporal, metrics.WithTemporal)
 	if err != nil {
 		return err
 	}
@@ -142,7 +180,7 @@ func run(environ []string) error {
 	var unavailable map[string]string
 	if embedded {
 		w, err := agentworker.New(ctx, tc, agentworker.Options{
-			Config: cfg, Logger: logger, Chat: map[string]agentflow.ChatSender{"term": sender},
+			Config: cfg, Logger: logger, Chat: map[string]agentflow.ChatSender{"term": sender}, Tracing: tracing, Meter: meter,
 		})
 		if err != nil {
 			return err
@@ -169,7 +207,7 @@ func run(environ []string) error {
 			}
 		}
 	}
-	cache, err := openCache(cfg, logger)
+	cache, err := openCache(cfg, logger, meter)
 	if err != nil {
 		return err
 	}
@@ -181,9 +219,15 @@ func run(environ []string) error {
 			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
 		},
 		WebUI: webUI, Namespace: cfg.TemporalNamespace, Logger: logger, Secrets: cfg.Secrets,
+		Tracer: tracing.Tracer("github.com/agentbot/agentbot/bot"), TraceContent: tracing.Content(),
+		Meter: meter,
 	}
 	if slackMode || discordMode {
-		return serveChat(ctx, cfg, tc, router, access, backends, logger)
+		var shared http.Handler
+		if metrics != nil && cfg.MetricsAddr == cfg.HTTPAddr {
+			shared = metrics.Handler()
+		}
+		return serveChat(ctx, cfg, tc, router, access, backends, shared, logger)
 	}
 	chat := &terminal.Chat{
 		Router: router, Client: router.Sessions, In: os.Stdin, Out: os.Stdout,
@@ -211,14 +255,14 @@ type cacheCloser interface {
 // openCache opens Redis when REDIS_URL is set, else an in-memory cache. A
 // Redis that does not answer at start is logged, not fatal: the bot works
 // from Temporal until it is back.
-func openCache(cfg config.Config, logger *slog.Logger) (cacheCloser, error) {
+func openCache(cfg config.Config, logger *slog.Logger, meter metric.Meter) (cacheCloser, error) {
 	if cfg.RedisURL == "" {
 		return store.NewMemoryCache(), nil
 	}
 	// go-redis logs every failed dial on its own; the cache reports state
 	// changes once, through our logger.
 	redis.SetLogger(quietRedis{})
-	c, err := store.NewRedisCache(cfg.RedisURL, store.RedisOptions{Logger: logger})
+	c, err := store.NewRedisCache(cfg.RedisURL, store.RedisOptions{Logger: logger, Meter: meter})
 	if err != nil {
 		return nil, err
 	}
@@ -238,8 +282,9 @@ func (quietRedis) Printf(context.Context, string, ...interface{}) {}
 // over Socket Mode (with an app token) or the HTTP Events API, Discord over
 // its gateway and, with a public key, HTTP interactions. Every event is
 // acknowledged before it is handled; what was acknowledged is drained at
-// shutdown.
-func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router *bot.Router, access bot.Access, backends []string, logger *slog.Logger) error {
+// shutdown. metrics, when not nil, is served on /metrics of the same
+// server.
+func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router *bot.Router, access bot.Access, backends []string, metrics http.Handler, logger *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The HTTP endpoints listen first: the probes answer (not ready)
@@ -251,7 +296,15 @@ func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router 
 		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
 		return err
 	})
+	// Redis is a cache: the bot works from Temporal without it, so it
+	// only makes the bot "degraded".
+	if rc, ok := router.Cache.(*store.RedisCache); ok {
+		probes.AddDegraded("redis", rc.Ping)
+	}
 	probes.Register(mux)
+	if metrics != nil {
+		mux.Handle("/metrics", metrics)
+	}
 	errc := make(chan error, 3)
 	if cfg.HTTPAddr != "off" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -267,13 +320,16 @@ func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router 
 	if cfg.SlackBotToken != "" {
 		in := slackbot.NewInbound(slackbot.InboundConfig{
 			BotToken: cfg.SlackBotToken, AppToken: cfg.SlackAppToken, SigningSecret: cfg.SlackSigningSecret,
-			APIURL: cfg.SlackAPIURL, Logger: logger, Backends: backends, Access: &access,
+			APIURL: cfg.SlackAPIURL, Logger: logger, Backends: backends, Access: &access, Meter: router.Meter,
 		}, router, nil)
 		if err := in.Start(ctx); err != nil {
 			return err
 		}
 		defer shutdown(in.Shutdown)
 		if cfg.SlackAppToken != "" {
+			// Over HTTP, that /readyz answers says the Events API is
+			// served; Socket Mode is ready while its connection is up.
+			probes.Add("slack", health.State(in.Connected))
 			logger.Info("serving Slack over Socket Mode")
 			go func() { errc <- in.RunSocketMode(ctx) }()
 		} else {
@@ -288,6 +344,7 @@ func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router 
 		in, err := discordbot.NewInbound(discordbot.InboundConfig{
 			Token: cfg.DiscordToken, AppID: cfg.DiscordAppID, PublicKey: cfg.DiscordPublicKey,
 			GuildID: cfg.DiscordGuildID, Backends: backends, Logger: logger, ThreadPerSession: cfg.DiscordThreads,
+			Meter: router.Meter,
 		}, router)
 		if err != nil {
 			return err
@@ -296,6 +353,7 @@ func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router 
 			return err
 		}
 		defer shutdown(in.Shutdown)
+		probes.Add("discord", health.State(in.Connected))
 		logger.Info("serving Discord over the gateway")
 		if cfg.DiscordPublicKey != "" && cfg.HTTPAddr != "off" {
 			mux.Handle("/discord/", in.HTTPHandler())

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -30,7 +31,9 @@ import (
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/health"
+	"github.com/agentbot/agentbot/internal/logging"
 	"github.com/agentbot/agentbot/internal/secretenv"
+	"github.com/agentbot/agentbot/internal/telemetry"
 	"github.com/agentbot/agentbot/internal/temporalclient"
 )
 
@@ -70,14 +73,40 @@ func run(environ []string) error {
 	if err := secretenv.Restore(environ, config.SDKSecretVars); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// One handler for everything, the Temporal SDK included: the format
+	// and level of the configuration, fixed keys, secrets redacted.
+	logger := logging.New(os.Stderr, cfg)
+	// Libraries that log through the standard log package (discordgo)
+	// write through the same handler.
+	slog.SetDefault(logger)
 	for _, w := range cfg.Warnings() {
 		logger.Warn(w)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	tc, err := temporalclient.Dial(ctx, cfg, cfg.TemporalAddress, tlog.NewStructuredLogger(logger))
+	// Traces (off unless OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set):
+	// the client's interceptor traces the workflows and activities this
+	// worker runs. Flushed last, after the worker has stopped.
+	tracing, err := telemetry.NewTracing(ctx, environ, telemetry.TraceOptions{Service: "agentbot-worker", Version: version, Content: cfg.TraceContent})
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			logger.Warn("the last spans could not be exported", "error", err)
+		}
+	}()
+	// Metrics (off unless AGENTBOT_METRICS_ADDR is set): ours and the
+	// Temporal SDK's, on /metrics.
+	metrics, err := newMetrics(cfg, "agentbot-worker")
+	if err != nil {
+		return err
+	}
+	defer shutdownMetrics(metrics, logger)
+	tc, err := temporalclient.Dial(ctx, cfg, cfg.TemporalAddress, tlog.NewStructuredLogger(logger), tracing.WithTemporal, metrics.WithTemporal)
 	if err != nil {
 		return err
 	}
@@ -89,20 +118,32 @@ func run(environ []string) error {
 		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
 		return err
 	})
-	stopHTTP, err := serveProbes(cfg.HTTPAddr, probes, logger)
+	stopHTTP, err := serveProbes(cfg.HTTPAddr, probes, sharedMetrics(cfg, metrics), logger)
 	if err != nil {
 		return err
 	}
 	defer stopHTTP()
-	w, err := agentworker.New(ctx, tc, agentworker.Options{Config: cfg, Logger: logger})
+	if cfg.MetricsAddr != "" && cfg.MetricsAddr != cfg.HTTPAddr {
+		_, stopMetrics, err := metrics.Serve(cfg.MetricsAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	var meter metric.Meter
+	if metrics != nil {
+		meter = metrics.Meter()
+	}
+	w, err := agentworker.New(ctx, tc, agentworker.Options{Config: cfg, Logger: logger, Tracing: tracing, Meter: meter})
 	if err != nil {
 		return err
 	}
 	if err := w.Start(); err != nil {
 		return err
 	}
+	probes.Add("worker", health.State(w.Polling))
 	probes.SetReady()
-	logger.Info("worker started", "version", version, "backends", w.Registry.Names(), "temporal", cfg.TemporalAddress)
+	logger.Info("worker started", "version", version, "backends", w.Registry.Names(), "temporal", cfg.TemporalAddress, "traces", tracing.Describe())
 	<-ctx.Done()
 	logger.Info("shutting down")
 	probes.SetStopping()
@@ -110,9 +151,37 @@ func run(environ []string) error {
 	return nil
 }
 
-// serveProbes serves /healthz and /readyz on addr ("off": nothing) until
-// the returned function is called.
-func serveProbes(addr string, probes *health.Probes, logger *slog.Logger) (stop func(), err error) {
+// newMetrics builds the process's metrics when cfg.MetricsAddr is set;
+// nil (which records nothing) when it is not.
+func newMetrics(cfg config.Config, service string) (*telemetry.Metrics, error) {
+	if cfg.MetricsAddr == "" {
+		return nil, nil
+	}
+	return telemetry.NewMetrics(service)
+}
+
+// shutdownMetrics stops m's provider.
+func shutdownMetrics(m *telemetry.Metrics, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		logger.Warn("stopping the metrics", "error", err)
+	}
+}
+
+// sharedMetrics is the /metrics handler of the probes' server when
+// AGENTBOT_METRICS_ADDR is AGENTBOT_HTTP_ADDR, else nil.
+func sharedMetrics(cfg config.Config, m *telemetry.Metrics) http.Handler {
+	if m == nil || cfg.MetricsAddr != cfg.HTTPAddr {
+		return nil
+	}
+	return m.Handler()
+}
+
+// serveProbes serves /healthz and /readyz on addr ("off": nothing), and
+// metrics on /metrics when it is not nil, until the returned function is
+// called.
+func serveProbes(addr string, probes *health.Probes, metrics http.Handler, logger *slog.Logger) (stop func(), err error) {
 	if addr == "off" {
 		return func() {}, nil
 	}
@@ -122,6 +191,9 @@ func serveProbes(addr string, probes *health.Probes, logger *slog.Logger) (stop 
 	}
 	mux := http.NewServeMux()
 	probes.Register(mux)
+	if metrics != nil {
+		mux.Handle("/metrics", metrics)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("serving health endpoints", "addr", ln.Addr().String())

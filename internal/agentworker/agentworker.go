@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -23,6 +25,7 @@ import (
 	slackbot "github.com/agentbot/agentbot/bot/slack"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/fakeopenai"
+	"github.com/agentbot/agentbot/internal/telemetry"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/sandboxes/daytonasandbox"
 	"github.com/agentbot/agentbot/sandboxes/dockersandbox"
@@ -43,6 +46,17 @@ type Options struct {
 	Chat map[string]agentflow.ChatSender
 	// Logger is the program's logger; the worker and the SDK log to it.
 	Logger *slog.Logger
+	// Tracing traces the model's HTTP requests and puts message text and
+	// command output into spans when its Content says so; nil is off. The
+	// workflows and activities are traced by the interceptor of the client
+	// the worker is built on (Tracing.WithTemporal).
+	Tracing *telemetry.Tracing
+	// Meter makes the worker's instruments: the activities' (model,
+	// tools, sandboxes), the chat senders' calls, and the sessions gauge
+	// (agentflow.ObserveSessions); nil records nothing. The Temporal SDK's
+	// own metrics come from the client's MetricsHandler
+	// (telemetry.Metrics.WithTemporal).
+	Meter metric.Meter
 }
 
 // Worker is a built, not yet started, worker.
@@ -55,6 +69,9 @@ type Worker struct {
 	w      worker.Worker
 	blobs  *store.Blobs
 	closer []func() error
+
+	stateMu sync.Mutex
+	state   error // what Polling says
 }
 
 // New builds the worker on tc. It fails when nothing can run (no backend at
@@ -65,7 +82,7 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	wk := &Worker{Registry: sandboxes.NewRegistry()}
+	wk := &Worker{Registry: sandboxes.NewRegistry(), state: errors.New("not started")}
 	ok := false
 	defer func() {
 		if !ok {
@@ -139,7 +156,11 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		baseURL, apiKey = fake.URL(), ""
 		logger.Warn("using the built-in scripted model (OPENAI_BASE_URL=fake): it follows sh:/read:/write: directives and echoes the rest")
 	}
-	model, err := llm.New(llm.Config{BaseURL: baseURL, APIKey: apiKey, API: llm.API(cfg.ModelAPI)})
+	llmCfg := llm.Config{BaseURL: baseURL, APIKey: apiKey, API: llm.API(cfg.ModelAPI)}
+	if opts.Tracing.Enabled() {
+		llmCfg.HTTPClient = opts.Tracing.HTTPClient(nil)
+	}
+	model, err := llm.New(llmCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -149,14 +170,14 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		chat[k] = v
 	}
 	if cfg.SlackBotToken != "" && chat[slackbot.Platform] == nil {
-		sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: cfg.SlackBotToken, APIURL: cfg.SlackAPIURL, Logger: logger})
+		sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: cfg.SlackBotToken, APIURL: cfg.SlackAPIURL, Logger: logger, Meter: opts.Meter})
 		if err != nil {
 			return nil, fmt.Errorf("slack sender: %w", err)
 		}
 		chat[slackbot.Platform] = sender
 	}
 	if cfg.DiscordToken != "" && chat[discordbot.Platform] == nil {
-		sender, err := discordbot.NewSender(discordbot.SenderConfig{Token: cfg.DiscordToken, Logger: logger})
+		sender, err := discordbot.NewSender(discordbot.SenderConfig{Token: cfg.DiscordToken, Logger: logger, Meter: opts.Meter})
 		if err != nil {
 			return nil, fmt.Errorf("discord sender: %w", err)
 		}
@@ -166,16 +187,28 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 	acts := &agentflow.Activities{
 		Sandboxes: wk.Registry, Blobs: blobs, Model: model, ModelName: cfg.Model,
 		Chat: chat, Temporal: tc, Logger: logger, ContextChars: cfg.ContextChars,
-		Secrets: cfg.Secrets,
+		Secrets: cfg.Secrets, TraceContent: opts.Tracing.Content(), Meter: opts.Meter,
 	}
 	// On Stop the worker stops polling at once and lets what runs finish
 	// within the drain period: a deploy does not cancel a shell command
 	// (which is never run twice) nor a model call.
-	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{WorkerStopTimeout: cfg.DrainTimeout})
+	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{
+		WorkerStopTimeout: cfg.DrainTimeout,
+		// A fatal error (the namespace is gone, say) stops the worker:
+		// readiness must say so rather than stay green.
+		OnFatalError: func(err error) { wk.setState(fmt.Errorf("stopped: %w", err)) },
+	})
 	Register(wk.w, acts)
 	// One reaper schedule per namespace; see docs/architecture.md (Sandboxes).
 	if err := agentflow.EnsureReaper(ctx, tc, agentflow.ReaperOptions{Interval: cfg.ReapInterval, Grace: cfg.ReapGrace, Retention: cfg.Retention}); err != nil {
 		logger.Warn("no reaper schedule: orphaned sandboxes and expired session data stay until it exists", "error", err)
+	}
+	if opts.Meter != nil {
+		reg, err := agentflow.ObserveSessions(opts.Meter, tc, agentflow.SessionGaugeOptions{Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("sessions gauge: %w", err)
+		}
+		wk.closer = append(wk.closer, reg.Unregister)
 	}
 	ok = true
 	return wk, nil
@@ -223,13 +256,36 @@ func describe(as []sandboxes.Availability) string {
 }
 
 // Start starts polling.
-func (wk *Worker) Start() error { return wk.w.Start() }
+func (wk *Worker) Start() error {
+	if err := wk.w.Start(); err != nil {
+		return err
+	}
+	wk.setState(nil)
+	return nil
+}
 
 // Stop stops polling, waits for running activities within the SDK's stop
 // timeout, and releases the worker's resources.
 func (wk *Worker) Stop() {
+	wk.setState(errors.New("stopping"))
 	wk.w.Stop()
 	wk.close()
+}
+
+// Polling returns nil while the worker polls its task queue: after Start,
+// until Stop or a fatal error of the SDK (which it returns). The SDK
+// reports nothing finer (a poll that fails is retried inside it), so a
+// Temporal outage shows in the "temporal" readiness check, not here.
+func (wk *Worker) Polling() error {
+	wk.stateMu.Lock()
+	defer wk.stateMu.Unlock()
+	return wk.state
+}
+
+func (wk *Worker) setState(err error) {
+	wk.stateMu.Lock()
+	defer wk.stateMu.Unlock()
+	wk.state = err
 }
 
 func (wk *Worker) close() {

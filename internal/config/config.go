@@ -221,6 +221,18 @@ var Vars = []Var{
 	{"AGENTBOT_LOG_FORMAT", "text", "text or json (one JSON object a line, fixed keys; the chart's default)"},
 	{"AGENTBOT_METRICS_ADDR", "(off)", "listen address of /metrics (Prometheus text format), e.g. :9090; the same as AGENTBOT_HTTP_ADDR shares that server"},
 	{"AGENTBOT_TRACE_CONTENT", "false", "true: message text and command output may enter trace span attributes (off: IDs, names and counts only)"},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "(empty: no traces)", "OTLP collector base URL (http://collector:4318 for http/protobuf, http://collector:4317 for grpc): traces are on when this or _TRACES_ENDPOINT is set"},
+	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "(OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces)", "OTLP traces URL, used as it is"},
+	{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTLP protocol: http/protobuf or grpc (_TRACES_PROTOCOL overrides it for traces)"},
+	{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "(OTEL_EXPORTER_OTLP_PROTOCOL)", "OTLP protocol of traces"},
+	{"OTEL_EXPORTER_OTLP_HEADERS", "", "headers sent with every export (secret: may hold the tracing backend's token), key=value pairs separated by commas, values URL-encoded (_TRACES_HEADERS adds to them for traces)"},
+	{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "", "headers sent with trace exports (secret)"},
+	{"OTEL_SERVICE_NAME", "agentbot-bot or agentbot-worker", "service.name of the spans"},
+	{"OTEL_RESOURCE_ATTRIBUTES", "", "resource attributes of the spans, key=value pairs separated by commas (deployment.environment=prod)"},
+	{"OTEL_TRACES_SAMPLER", "parentbased_always_on", "always_on, always_off, traceidratio or their parentbased_ forms"},
+	{"OTEL_TRACES_SAMPLER_ARG", "1", "the ratio of traceidratio samplers, 0 to 1"},
+	{"OTEL_TRACES_EXPORTER", "otlp", "otlp, or none for no traces"},
+	{"OTEL_SDK_DISABLED", "false", "true: no traces"},
 }
 
 // SecretVars are the variables that hold agentbot's secrets. cmd/* keeps
@@ -229,6 +241,8 @@ var Vars = []Var{
 var SecretVars = []string{
 	"OPENAI_API_KEY", "TEMPORAL_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
 	"DISCORD_TOKEN", "E2B_API_KEY", "DAYTONA_API_KEY",
+	// A tracing backend's token travels as an OTLP header.
+	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
 }
 
 // SDKSecretVars are secrets that libraries read from the environment
@@ -386,6 +400,18 @@ func Load(environ []string) (Config, error) {
 	secrets := []string{c.OpenAIAPIKey, c.TemporalAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey}
 	for _, k := range SDKSecretVars {
 		secrets = append(secrets, get(k, ""))
+	}
+	// The values of OTLP headers (key=value pairs, URL-encoded values):
+	// internal/telemetry parses them from environ and hands them to the
+	// exporter.
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
+		for _, pair := range strings.Split(get(k, ""), ",") {
+			if _, v, ok := strings.Cut(pair, "="); ok {
+				if dv, err := url.PathUnescape(strings.TrimSpace(v)); err == nil {
+					secrets = append(secrets, dv)
+				}
+			}
+		}
 	}
 	for _, sec := range secrets {
 		if sec != "" {

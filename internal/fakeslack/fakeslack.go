@@ -318,7 +318,9 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /signin", serveSignin)
 	mux.HandleFunc("POST /commands/{team}/{id}/{secret}", s.serveResponseURL)
 	mux.HandleFunc("POST /actions/{team}/{id}/{secret}", s.serveResponseURL)
-	s.srv = httptest.NewServer(mux)
+	// Started only once s.srv is set: handlers read s.srv.URL.
+	s.srv = httptest.NewUnstartedServer(mux)
+	s.srv.Start()
 	return s
 }
 

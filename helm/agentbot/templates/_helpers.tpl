@@ -155,6 +155,10 @@ Rendered as ConfigMap data (KEY: "value" lines).
 AGENTBOT_HTTP_ADDR: {{ printf ":%d" (int $v.httpPort) | quote }}
 AGENTBOT_STATE_DIR: "/var/lib/agentbot"
 AGENTBOT_LOG_LEVEL: {{ $v.logLevel | quote }}
+{{- if $v.metrics.enabled }}
+AGENTBOT_METRICS_ADDR: {{ printf ":%d" (int $v.httpPort) | quote }}
+{{- end }}
+AGENTBOT_LOG_FORMAT: {{ $v.logFormat | quote }}
 TEMPORAL_ADDRESS: {{ $v.temporal.address | quote }}
 TEMPORAL_NAMESPACE: {{ $v.temporal.namespace | quote }}
 {{- if or $v.temporal.tls.enabled $v.temporal.apiKey.enabled }}
