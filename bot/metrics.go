@@ -43,6 +43,16 @@ func NewMetrics(m metric.Meter) *Metrics {
 		metric.WithDescription("Calls to a chat platform's API, by platform, method and outcome (ok, error, rate_limited)."))
 	ms.rateWait, _ = m.Float64Histogram("agentbot_chat_rate_limit_wait", metric.WithUnit("s"),
 		metric.WithDescription("Rate limits met calling a chat platform, by platform and method, with the wait the platform asked for (waited out in process or by the activity's retry)."))
+	// The counters of what is rare start at zero for every label set
+	// (bounded: three platforms, two reasons), so that a dashboard and an
+	// alert see 0 rather than no series until the first one.
+	ctx := context.Background()
+	for _, p := range []string{"slack", "discord", "term"} {
+		ms.duplicates.Add(ctx, 0, metric.WithAttributes(platformLabel(p)))
+		for _, r := range []string{RefusedAccess, RefusedSignature} {
+			ms.refused.Add(ctx, 0, metric.WithAttributes(platformLabel(p), attribute.String("reason", r)))
+		}
+	}
 	return &ms
 }
 

@@ -116,6 +116,8 @@ func NewRedisCache(rawURL string, opts RedisOptions) (*RedisCache, error) {
 	// hands back a working no-op counter.
 	errs, _ := opts.Meter.Int64Counter("agentbot_redis_errors",
 		metric.WithDescription("Calls to Redis (thread cache, event de-duplication) that failed or timed out; the bot carries on from Temporal."))
+	// Zero until the first failure, rather than no series.
+	errs.Add(context.Background(), 0)
 	ro.DialTimeout = opts.DialTimeout
 	ro.ReadTimeout = opts.OpTimeout
 	ro.WriteTimeout = opts.OpTimeout

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/agentbot/agentbot/internal/fakeopenai"
 	"github.com/agentbot/agentbot/internal/fakeslack"
 	"github.com/agentbot/agentbot/internal/secretenv/secretenvtest"
+	"github.com/agentbot/agentbot/internal/testenv"
 )
 
 // TestMetricsEndToEnd runs the real worker and the real bot (over the fake
@@ -39,6 +42,9 @@ func TestMetricsEndToEnd(t *testing.T) {
 	t.Cleanup(model.Close)
 	const user, channel = "UMETRICS", "C0METRICS"
 	state := t.TempDir()
+	// The bot caches in a real Redis, so that its Redis metrics are there
+	// (started first: the free ports below cannot then be its port).
+	redis := testenv.StartRedis(context.Background(), t)
 	httpAddr, workerMetrics := freeAddr(t), freeAddr(t)
 	slack.SetEventsURL("http://" + httpAddr + slackbot.PathEvents)
 	env := func(extra ...string) []string {
@@ -53,7 +59,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 	}
 	w := secretenvtest.Start(t, workerBin, env("AGENTBOT_HTTP_ADDR=127.0.0.1:0", "AGENTBOT_METRICS_ADDR="+workerMetrics))
 	w.WaitOutput(t, "worker started", time.Minute)
-	b := secretenvtest.Start(t, botBin, env("AGENTBOT_HTTP_ADDR="+httpAddr, "AGENTBOT_METRICS_ADDR="+httpAddr))
+	b := secretenvtest.Start(t, botBin, env("AGENTBOT_HTTP_ADDR="+httpAddr, "AGENTBOT_METRICS_ADDR="+httpAddr, "REDIS_URL="+redis.URL()))
 	waitReady(t, "http://"+httpAddr+"/readyz", b)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -66,6 +72,9 @@ func TestMetricsEndToEnd(t *testing.T) {
 	// that has run nothing yet).
 	botBefore := scrape(t, botURL)
 
+	// Slack rate-limits the first message posted: the wait is counted
+	// (and the dashboard's rate-limit panel has its series).
+	slack.RateLimit("chat.postMessage", 1, time.Second)
 	root := slack.PostUserMessage(channel, user, "<@UBOT> sh: echo metrics-probe", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -179,6 +188,31 @@ func TestMetricsEndToEnd(t *testing.T) {
 		t.Errorf("an unsigned request: status %d, refused signatures counted %v, want 401 and 1", resp.StatusCode, got)
 	}
 
+	// The rate limit met on the first message is counted, by whichever
+	// process posted it.
+	waits := 0.0
+	for _, fams := range []map[string]*dto.MetricFamily{after, botAfter} {
+		waits += value(fams, "agentbot_chat_rate_limit_wait_seconds", map[string]string{"platform": "slack", "method": "chat.postMessage"})
+	}
+	if waits != 1 {
+		t.Errorf("%v rate-limit waits counted for chat.postMessage, want 1", waits)
+	}
+	// A reply in a thread that is no session is looked up in the cache
+	// (a miss), and ignored: the cache lookups are counted.
+	other := slack.PostUserMessage(channel, user, "hello team", "")
+	slack.PostUserMessage(channel, user, "a reply, not for the bot", other)
+	var botLast map[string]*dto.MetricFamily
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		botLast = scrape(t, botURL)
+		if value(botLast, "agentbot_cache_lookups_total", nil) >= 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n := value(botLast, "agentbot_cache_lookups_total", map[string]string{"result": "miss"}); n < 1 {
+		t.Errorf("bot: %v cache misses counted for a reply in an unknown thread, want at least 1", n)
+	}
+	checkDashboard(t, after, botLast)
+
 	// Bounded labels: nothing of the thread, the channel or the person.
 	for proc, fams := range map[string]map[string]*dto.MetricFamily{"worker": after, "bot": botAfter} {
 		for name, f := range fams {
@@ -280,4 +314,61 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return fmt.Sprint(l.Addr())
+}
+
+// checkDashboard loads the chart's Grafana dashboard and requires every
+// metric its queries name to be among those the processes exported
+// (scraped after a turn): a renamed metric must not leave a panel empty.
+func checkDashboard(t *testing.T, scraped ...map[string]*dto.MetricFamily) {
+	t.Helper()
+	data, err := os.ReadFile("../../helm/agentbot/dashboards/agentbot.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	exported := func(name string) bool {
+		for _, fams := range scraped {
+			if fams[name] != nil {
+				return true
+			}
+			// A histogram is queried through its series.
+			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+				if base, ok := strings.CutSuffix(name, suffix); ok && fams[base] != nil &&
+					fams[base].GetType() == dto.MetricType_HISTOGRAM {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	metricName := regexp.MustCompile(`\b(?:agentbot|temporal)_[a-z0-9_]+`)
+	queried := 0
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("dashboard panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			names := metricName.FindAllString(tg.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("dashboard panel %q: %q names no metric of ours", p.Title, tg.Expr)
+			}
+			for _, n := range names {
+				queried++
+				if !exported(n) {
+					t.Errorf("dashboard panel %q queries %s, which neither process exports", p.Title, n)
+				}
+			}
+		}
+	}
+	if queried < 20 {
+		t.Errorf("the dashboard queries %d metrics; it lost its panels?", queried)
+	}
 }
