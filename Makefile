@@ -1,5 +1,5 @@
 # The commands of the README.
-.PHONY: run test reliability
+.PHONY: run test reliability long
 
 # run: the embedded default — a Temporal dev server, an in-process worker,
 # the local sandbox and a terminal chat. Needs a model endpoint
@@ -20,3 +20,10 @@ reliability:
 	scripts/setup.sh --test
 	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
 		go test -race -count=1 -v -timeout 90m ./reliability/ -runs=20
+
+# long: the long-session measurement (agentflow's TestLongSession) at 600
+# turns; make test runs it at 120.
+long:
+	scripts/setup.sh --test
+	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
+		go test -race -count=1 -v -timeout 60m -run '^TestLongSession$$' ./agentflow/ -long-turns=600

@@ -65,6 +65,9 @@ type Activities struct {
 	// Temporal is the client used to talk to other workflows (the session
 	// manager, forks).
 	Temporal client.Client
+	// Policy is the tenants' policy of the configuration: a session
+	// manager that this worker starts begins with it.
+	Policy TenantPolicy
 	// Logger receives the activities' logs; nil means slog.Default.
 	Logger *slog.Logger
 	// ContextChars is the model's context budget in characters of
@@ -402,7 +405,7 @@ func (a *Activities) Report(ctx context.Context, in ReportInput) (err error) {
 	start := a.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: ManagerWorkflowID(in.Entry.ThreadKey), TaskQueue: TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, SessionManagerWorkflowName, ManagerInput{Platform: platform, Tenant: tenant})
+	}, SessionManagerWorkflowName, ManagerInput{Platform: platform, Tenant: tenant, Configured: a.Policy})
 	h, err := a.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{

@@ -127,6 +127,8 @@ type ModelStepInput struct {
 	Root    string `json:"root"`
 	// FinalOnly asks for an answer without tools (the step limit is near).
 	FinalOnly bool `json:"final_only,omitempty"`
+	// Model is the session's model; empty: the worker's default.
+	Model string `json:"model,omitempty"`
 }
 
 // ModelStepResult is the model's reply, recorded in a new transcript

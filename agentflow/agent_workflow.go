@@ -59,9 +59,16 @@ type agent struct {
 	sending         bool
 	// carried says this run continued an earlier one.
 	carried bool
-	// signals carries messages sent as signals.
-	signals workflow.ReceiveChannel
-	logger  log
+	// signals carries messages sent as signals; policies the tenant's
+	// policy as the manager sends it; grants the manager's answers to turn
+	// tickets.
+	signals, policies, grants workflow.ReceiveChannel
+	// admission says this run registers new sessions for admission and
+	// records when the session was last active (changeAdmission).
+	admission bool
+	// slot is the manager's latest answer for the running turn's ticket.
+	slot   *TurnGrant
+	logger log
 }
 
 // sessionLock is the session's one lock. It knows its holder, so a release
@@ -119,6 +126,12 @@ func newAgent(ctx workflow.Context, in AgentInput) *agent {
 	w.Admins = slices.Clone(in.Admins)
 	w.Parent = in.Parent
 	w.Options = in.Options.withDefaults()
+	if in.Policy != nil {
+		p := *in.Policy
+		w.Policy = &p
+	}
+	w.Model = in.Model
+	w.DefaultBackend = in.DefaultBackend
 	w.Created = workflow.Now(ctx)
 	if w.Title == "" {
 		w.Title = "session " + in.ThreadKey
@@ -167,6 +180,8 @@ func (w *agent) register(ctx workflow.Context) error {
 		{UpdatePause, w.onPause, w.validatePause},
 		{UpdateDestroy, w.onDestroy, w.validateDestroy},
 		{UpdateReset, w.onReset, w.validateReset},
+		{UpdateModel, w.onModel, w.validateModel},
+		{UpdateFork, w.onFork, w.validateFork},
 	}
 	for _, h := range handlers {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
@@ -312,6 +327,9 @@ func (w *agent) validateSwitch(ctx workflow.Context, r SwitchRequest) error {
 	if r.Backend == "" {
 		return errors.New("switch needs a backend name")
 	}
+	if w.Policy != nil && !w.Policy.BackendAllowed(r.Backend) {
+		return backendRefusal(r.Backend, *w.Policy)
+	}
 	if r.Root != "" && !strings.HasPrefix(r.Root, "/") {
 		return fmt.Errorf("root %q is not an absolute path", r.Root)
 	}
@@ -362,7 +380,13 @@ func cleanTitle(t string) (string, error) {
 func (w *agent) run(ctx workflow.Context) error {
 	w.startSignals(ctx)
 	w.startOutbox(ctx)
-	if !w.Registered {
+	w.admission = workflow.GetVersion(ctx, changeAdmission, workflow.DefaultVersion, 1) >= 1
+	w.startPolicySignals(ctx)
+	if !w.Registered && w.admission {
+		if reason := w.admitSession(ctx); reason != "" {
+			return w.refuseSession(ctx, reason)
+		}
+	} else if !w.Registered {
 		w.registerSession(ctx)
 	} else if w.carried {
 		// A new run: its memo must say what the state says.
@@ -408,8 +432,9 @@ func (w *agent) run(ctx workflow.Context) error {
 				return err
 			}
 			// Messages signalled meanwhile are queued, so that they are
-			// carried, not lost with this run.
+			// carried, not lost with this run; so is a new policy.
 			w.drainSignals(ctx)
+			w.drainPolicies()
 			if !w.Destroyed && !w.turnBlocksControl() {
 				carry := w.AgentState
 				return workflow.NewContinueAsNewError(ctx, AgentWorkflowName, AgentInput{
@@ -656,6 +681,9 @@ func (w *agent) onStop(ctx workflow.Context, r StopRequest) (StopResult, error) 
 		return StopResult{Stopped: true, Turn: turn, Queued: len(w.Queue)}, nil
 	}
 	stopped := res.Status == TurnStopped || res.Status == TurnCanceled
+	if r.Notify && stopped && !w.destroying {
+		w.notifyOutcome(ctx, nil, fmt.Sprintf("Stopped turn %d.", turn))
+	}
 	return StopResult{Stopped: stopped, Turn: turn, Queued: len(w.Queue)}, nil
 }
 
@@ -706,7 +734,11 @@ func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, 
 			SandboxInput{State: *w.Sandbox}).Get(ctx, nil)
 		if err != nil {
 			w.destroying = false
-			return w.view(), fmt.Errorf("could not destroy the sandbox: %s", userError(err))
+			err = fmt.Errorf("could not destroy the sandbox: %s", userError(err))
+			if r.Notify {
+				w.notifyOutcome(ctx, err, "")
+			}
+			return w.view(), err
 		}
 		w.Sandbox, w.SandboxUp = nil, false
 	}
@@ -716,6 +748,10 @@ func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, 
 	}
 	w.Destroyed = true
 	w.Queue = nil
+	if r.Notify {
+		text := "Destroyed: the sandbox and the session's data are deleted."
+		w.deliver(ctx, Outbound{Kind: OutboundNotice, Turn: w.Turn, Key: w.workflowID + "/destroyed", Text: Text{Inline: text, Size: len(text)}})
+	}
 	if err := w.report(ctx, ManagerUpdateDestroy); err != nil {
 		w.logger.Warn("reporting the destroy to the session manager failed", "error", err)
 	}
@@ -797,12 +833,19 @@ func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSee
 		return ForkSeed{}, err
 	}
 	defer w.lock.release(holder)
+	return w.makeSeed(ctx, r.ForkThreadKey)
+}
+
+// makeSeed snapshots the workspace (if changed) and copies it and the
+// transcript to keys of the fork's own; the caller holds the lock. The seed
+// is remembered, so that a retried fork gets the same copies.
+func (w *agent) makeSeed(ctx workflow.Context, forkThread string) (ForkSeed, error) {
 	if w.Sandbox != nil && w.SandboxUp && (w.Dirty || w.SnapshotKey == "") {
 		if err := w.snapshot(ctx); err != nil {
 			return ForkSeed{}, fmt.Errorf("could not save the workspace for the fork: %s", userError(err))
 		}
 	}
-	forkID := AgentWorkflowID(r.ForkThreadKey)
+	forkID := AgentWorkflowID(forkThread)
 	seed := ForkSeed{ParentTitle: w.Title, ParentBackend: w.Backend, Usage: w.Usage,
 		Options: w.Options, Admins: slices.Clone(w.Admins),
 		Turns: append([]TurnSummary(nil), w.Summaries...), Pending: append([]llm.Message(nil), w.Pending...)}
@@ -826,7 +869,7 @@ func (w *agent) onForkSource(ctx workflow.Context, r ForkSourceRequest) (ForkSee
 	seed.ForkNumber = w.Forks
 	rec := seed
 	rec.Turns, rec.Pending = nil, nil // keep the carried state small
-	w.ForkSeeds = append(w.ForkSeeds, ForkSeedRecord{ForkThreadKey: r.ForkThreadKey, Seed: rec})
+	w.ForkSeeds = append(w.ForkSeeds, ForkSeedRecord{ForkThreadKey: forkThread, Seed: rec})
 	if len(w.ForkSeeds) > maxForkSeeds {
 		w.ForkSeeds = w.ForkSeeds[1:]
 	}
@@ -855,7 +898,13 @@ func (w *agent) view() SessionView {
 		Tools: append([]ToolStatus(nil), w.tools...), Usage: w.Usage, Forks: w.Forks,
 		Parent: w.Parent, Requester: w.Requester, Created: w.Created, LastError: w.LastError,
 		Snapshot: w.SnapshotKey, Options: w.Options,
-		Undelivered: slices.Clone(w.Undelivered), Trace: w.LastTrace,
+		Undelivered: slices.Clone(w.Undelivered), Trace: w.LastTrace, Model: w.Model,
+	}
+	if w.Policy != nil {
+		v.TokenBudget = w.Policy.SessionTokens
+	}
+	if w.slot != nil && !w.slot.Granted && w.turnRunning() {
+		v.QueuedBehind = w.slot.Behind
 	}
 	if w.Sandbox != nil {
 		v.SandboxID = w.Sandbox.ID
@@ -870,6 +919,7 @@ func (w *agent) entry() SessionEntry {
 	return SessionEntry{
 		ThreadKey: w.ThreadKey, WorkflowID: w.workflowID, Title: w.Title, Backend: w.Backend,
 		Parent: w.Parent, Requester: w.Requester, Created: w.Created, Status: w.registryStatus(), Forks: w.Forks,
+		Updated: w.MemoAt, Model: w.Model,
 	}
 }
 
@@ -903,6 +953,9 @@ func (w *agent) report(ctx workflow.Context, update string) error {
 func (w *agent) upsertMemo(ctx workflow.Context) {
 	if workflow.GetVersion(ctx, changeRegistryMemo, workflow.DefaultVersion, 1) < 1 {
 		return
+	}
+	if w.admission {
+		w.MemoAt = workflow.Now(ctx)
 	}
 	if err := workflow.UpsertMemo(ctx, map[string]any{MemoSession: w.entry()}); err != nil {
 		w.logger.Warn("recording the session in its memo failed", "error", err)
@@ -1075,8 +1128,26 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	modelRefused := false // the model refused the conversation for good
 	stopped := func() bool { return turnCtx.Err() != nil }
 
-	if err := w.ensureUp(turnCtx); err != nil && !stopped() {
-		failure = fmt.Errorf("the sandbox could not start: %s", userError(err))
+	// The tenant's policy: a turn slot when turns are limited across
+	// sessions, and the token budgets.
+	refusal := ""
+	ticket := w.Policy.needsTickets()
+	user := turnUser(msgs)
+	if ticket {
+		refusal = w.awaitSlot(ctx, turnCtx, turn, user)
+	}
+	if refusal == "" && !stopped() {
+		refusal = w.budgetRefusal()
+	}
+	if refusal != "" {
+		failure = errors.New(refusal)
+	}
+	model := w.turnModel()
+
+	if failure == nil && !stopped() {
+		if err := w.ensureUp(turnCtx); err != nil && !stopped() {
+			failure = fmt.Errorf("the sandbox could not start: %s", userError(err))
+		}
 	}
 	if failure == nil && !stopped() {
 		userText += w.importFiles(turnCtx, msgs)
@@ -1084,12 +1155,18 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	appendMsgs := append(w.Pending, llm.Message{Role: llm.RoleUser, Content: userText})
 	w.Pending = nil
 	for step := 1; failure == nil && !stopped(); step++ {
+		if step > 1 {
+			if refusal = w.budgetRefusal(); refusal != "" {
+				failure = errors.New(refusal)
+				break
+			}
+		}
 		res.Steps = step
 		var out ModelStepResult
 		var a *Activities
 		err := workflow.ExecuteActivity(modelCtx(turnCtx), a.ModelStep, ModelStepInput{
 			SessionID: w.workflowID, Turn: turn, Step: step, Transcript: w.Transcript, Append: appendMsgs,
-			Backend: w.Backend, Root: w.Sandbox.Root, FinalOnly: step >= w.Options.MaxSteps,
+			Backend: w.Backend, Root: w.Sandbox.Root, FinalOnly: step >= w.Options.MaxSteps, Model: model,
 		}).Get(turnCtx, &out)
 		if err != nil {
 			if !stopped() {
@@ -1126,6 +1203,10 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	case w.destroying:
 		res.Status = TurnCanceled
 		answer = Text{Inline: "Stopped: the session is being destroyed."}
+	case refusal != "":
+		res.Status = TurnRefused
+		res.Error = refusal
+		answer = Text{Inline: "Sorry — " + refusal + ". Your message is kept: it goes to the model with the next turn that may run."}
 	case failure == nil && stopped():
 		res.Status = TurnStopped
 		answer = Text{Inline: "Stopped."}
@@ -1157,6 +1238,12 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		}
 	}
 	res.Delivered = w.destroying
+	if ticket {
+		w.returnSlot(ctx, turn, user, usedTokens(res.Usage))
+	}
+	if w.admission && !w.destroying && workflow.Now(ctx).Sub(w.MemoAt) >= memoActiveEvery {
+		w.upsertMemo(ctx) // when the session was last active, for list
+	}
 	w.addResult(res, userText)
 	endTurn(res.Status)
 	w.logger.Info("turn finished", "turn", turn, "status", res.Status, "steps", res.Steps,

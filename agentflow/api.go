@@ -136,6 +136,15 @@ type AgentInput struct {
 	// and workspace.
 	Seed    *ForkSeed    `json:"seed,omitempty"`
 	Options AgentOptions `json:"options,omitempty"`
+	// Policy is the tenant's policy when the manager started the session
+	// (new, fork); a session started by a message gets it when it
+	// registers.
+	Policy *TenantPolicy `json:"policy,omitempty"`
+	// Model is the session's model; empty: the worker's default.
+	Model string `json:"model,omitempty"`
+	// DefaultBackend says Backend is the gateway's default, not one the
+	// person named: the tenant's default backend replaces it.
+	DefaultBackend bool `json:"default_backend,omitempty"`
 	// Carry is the state handed over by continue-as-new; nil on a first
 	// start.
 	Carry *AgentState `json:"carry,omitempty"`
@@ -201,6 +210,9 @@ type MessageRequest struct {
 	// Files were shared with the message; the turn copies them into the
 	// workspace (under uploads/) and tells the agent where they are.
 	Files []InboundFile `json:"files,omitempty"`
+	// User is the author's platform ID (Author is the name to show): the
+	// person whose daily token budget the turn counts against.
+	User string `json:"user,omitempty"`
 	// Trace is the W3C traceparent of the span that sent the message (the
 	// gateway's span of the inbound event; set by Client.Send when
 	// tracing is on): the turn's spans join that trace.
@@ -248,6 +260,7 @@ const (
 	TurnStepCap  TurnStatus = "step_limit"
 	TurnRunning  TurnStatus = "running"
 	TurnCanceled TurnStatus = "canceled" // the session was destroyed mid-turn
+	TurnRefused  TurnStatus = "refused"  // a token budget is spent
 )
 
 // TurnResult is the outcome of one turn, kept for the last few turns.
@@ -318,17 +331,24 @@ type ForkSeed struct {
 	// settings and the same admins (its requester is who forked it).
 	Options AgentOptions `json:"options"`
 	Admins  []string     `json:"admins,omitempty"`
+	// Model and Policy are the parent's: a fork inherits its model.
+	Model  string        `json:"model,omitempty"`
+	Policy *TenantPolicy `json:"policy,omitempty"`
 }
 
 // TitleRequest is the argument of UpdateTitle.
 type TitleRequest struct {
 	Title string `json:"title"`
 	By    string `json:"by,omitempty"`
+	// Notify: see SwitchRequest.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // StopRequest is the argument of UpdateStop.
 type StopRequest struct {
 	By string `json:"by,omitempty"`
+	// Notify: see SwitchRequest.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // StopResult is the result of UpdateStop.
@@ -350,6 +370,8 @@ type PauseRequest struct {
 // DestroyRequest is the argument of UpdateDestroy.
 type DestroyRequest struct {
 	By string `json:"by,omitempty"`
+	// Notify: see SwitchRequest.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // ResetRequest is the argument of UpdateReset.
@@ -418,6 +440,13 @@ type SessionView struct {
 	Waiting bool `json:"waiting,omitempty"`
 	// Trace is the trace ID of the last turn, when it was traced.
 	Trace string `json:"trace,omitempty"`
+	// Model is the session's model; empty: the worker's default.
+	Model string `json:"model,omitempty"`
+	// TokenBudget is the session's budget under the tenant's policy (0:
+	// none).
+	TokenBudget int64 `json:"token_budget,omitempty"`
+	// Waiting for a turn slot: queued behind so many sessions.
+	QueuedBehind int `json:"queued_behind,omitempty"`
 }
 
 // UndeliveredAnswer is an answer that could not be posted to the chat.
@@ -448,8 +477,11 @@ type SessionEntry struct {
 	Created    time.Time     `json:"created"`
 	Status     SessionStatus `json:"status"`
 	Forks      int           `json:"forks,omitempty"`
-	// Updated is when the manager last heard of the session.
+	// Updated is when the manager last heard of the session (in the
+	// session's memo: when it was last active).
 	Updated time.Time `json:"updated,omitempty"`
+	// Model is the session's model; empty: the worker's default.
+	Model string `json:"model,omitempty"`
 }
 
 // ForkRequest is the argument of ManagerUpdateFork.
@@ -485,6 +517,20 @@ type ManagerInput struct {
 	// MaxUpdatesPerRun forces continue-as-new after so many updates
 	// (default 1000), on top of the server's suggestion.
 	MaxUpdatesPerRun int `json:"max_updates_per_run,omitempty"`
+	// Configured is the policy of the configuration (the base), Overrides
+	// the keys admins set on top of it.
+	Configured TenantPolicy     `json:"configured"`
+	Overrides  []PolicyOverride `json:"overrides,omitempty"`
+	// Audit is the recent audit log (oldest first); AuditSeq numbers its
+	// entries; AuditArchives are the blob keys of older chunks.
+	Audit         []AuditEntry `json:"audit,omitempty"`
+	AuditSeq      int          `json:"audit_seq,omitempty"`
+	AuditArchives []string     `json:"audit_archives,omitempty"`
+	// Running are the turns holding a slot, Waiting those queued for one
+	// (in order); Usage the tokens per person and day.
+	Running []TurnSlot `json:"running,omitempty"`
+	Waiting []TurnSlot `json:"waiting,omitempty"`
+	Usage   []UserDay  `json:"usage,omitempty"`
 }
 
 // ForkRecord remembers the result of one fork request.
@@ -511,6 +557,11 @@ const (
 	// changeRegistryMemo: the session keeps its registry entry in its
 	// memo (MemoSession), for Client.List.
 	changeRegistryMemo = "registry-memo"
+	// changeAdmission: a new session registers with ManagerUpdateRegister
+	// and waits for the manager's admission (caps, policy) before its
+	// first turn; turns ask for a slot when the policy limits them across
+	// sessions; the memo records when the session was last active.
+	changeAdmission = "admission"
 )
 
 // MemoSession is the memo field of an AgentWorkflow that holds its

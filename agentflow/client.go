@@ -29,6 +29,9 @@ var (
 // its own, so any bot replica can serve any thread. Safe for concurrent use.
 type Client struct {
 	tc client.Client
+	// Policy is the configured tenant policy: Control hands it to the
+	// manager (the base that admins' changes apply to).
+	Policy *TenantPolicy
 }
 
 // NewClient wraps a Temporal client.
@@ -166,12 +169,30 @@ func (c *Client) Start(ctx context.Context, in AgentInput) (SessionView, error) 
 	if ctx.Err() != nil {
 		return SessionView{}, ctx.Err()
 	}
+	return waitingView(in), nil
+}
+
+// StartWaiting is Start for when no worker answers (the caller knows): it
+// starts the session and returns its view from in, Waiting set, without
+// asking the session.
+func (c *Client) StartWaiting(ctx context.Context, in AgentInput) (SessionView, error) {
+	if _, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: AgentWorkflowID(in.ThreadKey), TaskQueue: TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}, AgentWorkflowName, in); err != nil {
+		return SessionView{}, c.translate(err)
+	}
+	return waitingView(in), nil
+}
+
+func waitingView(in AgentInput) SessionView {
 	backend := in.Backend
 	if backend == "" {
 		backend = "local"
 	}
 	return SessionView{ThreadKey: in.ThreadKey, WorkflowID: AgentWorkflowID(in.ThreadKey), Title: in.Title,
-		Backend: backend, Status: StatusIdle, Requester: in.Requester, Waiting: true}, nil
+		Backend: backend, Status: StatusIdle, Requester: in.Requester, Waiting: true}
 }
 
 // startQueryWait is how long Start waits for a worker to answer for a

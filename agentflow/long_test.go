@@ -2,6 +2,7 @@ package agentflow_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -27,12 +28,17 @@ func outputScript(ctx context.Context, call fakeopenai.Call) (fakeopenai.Reply, 
 	return fakeopenai.Text(fmt.Sprintf("printed %d bytes", len(last.Content))), nil
 }
 
-// TestLongSession runs 300 turns with 10 KB tool outputs and checks the
-// history: no payload over 512 KiB, continue-as-new happened (suggested by
-// the server), and the history bytes of a turn do not grow with the length
-// of the conversation (the transcript stays in the blob store).
+// longTurns is how many turns TestLongSession runs: enough for several
+// continue-as-new runs in CI; `make long` runs it at 600.
+var longTurns = flag.Int("long-turns", 120, "turns of TestLongSession")
+
+// TestLongSession runs -long-turns turns with 10 KB tool outputs and checks
+// the history: no payload over 512 KiB, continue-as-new happened (suggested
+// by the server), and the history bytes of a turn do not grow with the
+// length of the conversation (the transcript stays in the blob store).
+
 func TestLongSession(t *testing.T) {
-	turns := 300
+	turns := *longTurns
 	if testing.Short() {
 		turns = 60
 	}

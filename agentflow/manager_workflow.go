@@ -22,6 +22,7 @@ func SessionManagerWorkflow(ctx workflow.Context, in ManagerInput) error {
 	if err := m.register(ctx); err != nil {
 		return err
 	}
+	m.startTickets(ctx)
 	// Serve until the history asks for a fresh run; handlers do the work.
 	if err := workflow.Await(ctx, func() bool {
 		return m.updates >= m.MaxUpdatesPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
@@ -30,6 +31,12 @@ func SessionManagerWorkflow(ctx workflow.Context, in ManagerInput) error {
 	}
 	m.draining = true
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	// Tickets sent meanwhile are handled here, not lost with this run, and
+	// every signal this run sends has gone out.
+	m.drainTickets(ctx)
+	if err := workflow.Await(ctx, func() bool { return m.signalling == 0 }); err != nil {
 		return err
 	}
 	next := m.ManagerInput
@@ -45,8 +52,9 @@ func SessionManagerWorkflow(ctx workflow.Context, in ManagerInput) error {
 // session from the thread's workflow.
 const maxRegistryKept = 1000
 
-// keepRecent keeps the keep entries changed last (Updated, or Created for
-// entries from before Updated), in their order.
+// keepRecent keeps at most keep entries, in their order: live sessions
+// first (the tenant's caps count them), the ones changed most recently
+// (Updated, or Created for entries from before Updated) before older ones.
 func keepRecent(sessions []SessionEntry, keep int) []SessionEntry {
 	if len(sessions) <= keep {
 		return sessions
@@ -57,15 +65,27 @@ func keepRecent(sessions []SessionEntry, keep int) []SessionEntry {
 		}
 		return e.Created
 	}
-	times := make([]time.Time, len(sessions))
-	for i, e := range sessions {
-		times[i] = last(e)
+	order := make([]int, len(sessions))
+	for i := range order {
+		order[i] = i
 	}
-	slices.SortFunc(times, func(a, b time.Time) int { return b.Compare(a) })
-	cutoff := times[keep-1]
+	slices.SortStableFunc(order, func(a, b int) int {
+		la, lb := sessions[a].Status != StatusDestroyed, sessions[b].Status != StatusDestroyed
+		if la != lb {
+			if la {
+				return -1
+			}
+			return 1
+		}
+		return last(sessions[b]).Compare(last(sessions[a]))
+	})
+	kept := make([]bool, len(sessions))
+	for _, i := range order[:keep] {
+		kept[i] = true
+	}
 	out := make([]SessionEntry, 0, keep)
-	for _, e := range sessions {
-		if !last(e).Before(cutoff) && len(out) < keep {
+	for i, e := range sessions {
+		if kept[i] {
 			out = append(out, e)
 		}
 	}
@@ -105,6 +125,12 @@ type manager struct {
 	ManagerInput
 	updates  int
 	draining bool
+	// tickets receives ManagerSignalTurn; signalling counts signals sent
+	// and not yet confirmed.
+	tickets    workflow.ReceiveChannel
+	signalling int
+	// archiving says an audit chunk is on its way to the blob store.
+	archiving bool
 }
 
 const maxForkRecords = 64
@@ -130,8 +156,11 @@ func (m *manager) register(ctx workflow.Context) error {
 			return err
 		}
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, ManagerUpdateFork, m.fork,
-		workflow.UpdateHandlerOptions{Validator: m.validateFork})
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ManagerUpdateFork, m.fork,
+		workflow.UpdateHandlerOptions{Validator: m.validateFork}); err != nil {
+		return err
+	}
+	return m.registerControl(ctx)
 }
 
 func (m *manager) find(threadKey string) *SessionEntry {
@@ -172,6 +201,9 @@ func (m *manager) upsert(ctx workflow.Context, e SessionEntry) (SessionEntry, er
 	}
 	if old.Status == StatusDestroyed {
 		return *old, nil
+	}
+	if e.Status == StatusDestroyed {
+		m.releaseThread(ctx, e.ThreadKey)
 	}
 	if e.Created.IsZero() {
 		e.Created = old.Created

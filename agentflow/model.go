@@ -104,7 +104,7 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 	reply.Role = llm.RoleAssistant
 	rd.Walk(&reply)
 	traceAttrs(ctx, attribute.String("agentbot.workflow_id", in.SessionID), attribute.Int("agentbot.turn", in.Turn),
-		attribute.Int("agentbot.step", in.Step), attribute.String("gen_ai.request.model", a.ModelName),
+		attribute.Int("agentbot.step", in.Step), attribute.String("gen_ai.request.model", a.modelFor(in)),
 		attribute.Int64("gen_ai.usage.input_tokens", resp.Usage.InputTokens), attribute.Int64("gen_ai.usage.output_tokens", resp.Usage.OutputTokens),
 		attribute.String("gen_ai.response.finish_reason", resp.FinishReason), attribute.Int("agentbot.tool_calls", len(reply.ToolCalls)))
 	a.traceContent(trace.SpanFromContext(ctx), "agentbot.answer", reply.Content)
@@ -201,11 +201,20 @@ func (a *Activities) complete(ctx context.Context, in ModelStepInput, msgs []llm
 	}
 }
 
+// modelFor is the model a step asks: the session's, else the worker's
+// default.
+func (a *Activities) modelFor(in ModelStepInput) string {
+	if in.Model != "" {
+		return in.Model
+	}
+	return a.ModelName
+}
+
 // request builds the model call of a step for the (compacted) conversation
 // convo.
 func (a *Activities) request(in ModelStepInput, convo []llm.Message) llm.Request {
 	req := llm.Request{
-		Model:    a.ModelName,
+		Model:    a.modelFor(in),
 		Messages: append([]llm.Message{{Role: llm.RoleSystem, Content: systemPrompt(in.Backend, in.Root)}}, convo...),
 	}
 	if !in.FinalOnly {

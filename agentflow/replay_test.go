@@ -1,6 +1,7 @@
 package agentflow_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -197,6 +198,19 @@ func TestRecordHistories(t *testing.T) {
 	defer cancel()
 	const thread = "term:record"
 	const idle = 4 * time.Second
+	// Control requests go through the tenant's manager, as the gateway
+	// sends them; "admin" administers the tenant.
+	r.cl.Policy = &agentflow.TenantPolicy{Admins: []string{"admin"}, Models: []string{"fake-model-2"}}
+	control := func(verb string, req agentflow.ControlRequest) agentflow.ControlResult {
+		t.Helper()
+		req.Verb, req.Thread, req.RequestID = verb, cmp.Or(req.Thread, thread), "record-"+verb+"-"+strconv.Itoa(time.Now().Nanosecond())
+		req.By = cmp.Or(req.By, "tester")
+		res, err := r.cl.Control(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", verb, err)
+		}
+		return res
+	}
 	if _, err := r.cl.Start(ctx, agentflow.AgentInput{ThreadKey: thread, Backend: "local", Requester: "tester",
 		Admins: []string{"admin"}, Options: agentflow.AgentOptions{MaxTurnsPerRun: 4, IdleTimeout: idle}}); err != nil {
 		t.Fatal(err)
@@ -214,21 +228,29 @@ func TestRecordHistories(t *testing.T) {
 	if res := r.send(thread, "sh: echo before the failure\n"+failWord); res.Status != agentflow.TurnFailed {
 		t.Fatalf("the failing turn: %+v", res)
 	}
-	if _, err := r.cl.Title(ctx, thread, agentflow.TitleRequest{Title: "recorded session", By: "tester"}); err != nil {
-		t.Fatal(err)
-	}
-	fork, err := r.cl.Fork(ctx, agentflow.ForkRequest{SourceThread: thread, RequestID: "record-fork", Requester: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	control(agentflow.ControlTitle, agentflow.ControlRequest{Title: "recorded session"})
+	waitFor(t, "the title", func() bool { return r.state(thread).Title == "recorded session" })
+	control(agentflow.ControlPolicy, agentflow.ControlRequest{By: "admin", PolicyKey: agentflow.PolicyMaxSessions, PolicyValue: "10"})
+	control(agentflow.ControlModel, agentflow.ControlRequest{Model: "fake-model-2"})
+	waitFor(t, "the model", func() bool { return r.state(thread).Model == "fake-model-2" })
+	control(agentflow.ControlFork, agentflow.ControlRequest{By: "admin"})
+	var fork agentflow.SessionEntry
+	waitFor(t, "the fork", func() bool {
+		l, _ := r.cl.List(ctx, thread)
+		for _, e := range l {
+			if e.Parent == thread {
+				fork = e
+			}
+		}
+		return fork.ThreadKey != ""
+	})
 	mustContain(t, "fork", r.send(fork.ThreadKey, "sh: cat notes.txt").Answer, "recorded")
-	if v, err := r.cl.Pause(ctx, thread, agentflow.PauseRequest{By: "tester"}); err != nil || v.Status != agentflow.StatusPaused {
-		t.Fatalf("pause: %+v %v", v, err)
-	}
+	control(agentflow.ControlPause, agentflow.ControlRequest{})
+	waitFor(t, "the pause", func() bool { return r.state(thread).Status == agentflow.StatusPaused })
 	mustContain(t, "resumed", r.send(thread, "sh: cat three.txt").Answer, "third")
-	if sw, err := r.cl.Switch(ctx, thread, agentflow.SwitchRequest{Backend: "local", Root: t.TempDir(), By: "admin"}); err != nil || !sw.Changed {
-		t.Fatalf("switch: %+v %v", sw, err)
-	}
+	root := t.TempDir()
+	control(agentflow.ControlSwitch, agentflow.ControlRequest{Backend: "local", Root: root, By: "admin"})
+	waitFor(t, "the switch", func() bool { return r.state(thread).Root == root })
 	mustContain(t, "switched", r.send(thread, "sh: cat notes.txt three.txt").Answer, "recorded", "third")
 
 	// Idle: the sandbox is saved and stopped; the next turn resumes it.
@@ -250,22 +272,20 @@ func TestRecordHistories(t *testing.T) {
 		}
 		return false
 	})
-	if st, err := r.cl.Stop(ctx, thread, agentflow.StopRequest{By: "tester"}); err != nil || !st.Stopped {
-		t.Fatalf("stop: %+v %v", st, err)
-	}
+	control(agentflow.ControlStop, agentflow.ControlRequest{})
+	waitFor(t, "the stop", func() bool {
+		res, err := r.cl.Wait(ctx, thread, "record-sleep")
+		return err == nil && res.Result != nil && res.Result.Status == agentflow.TurnStopped
+	})
 	mustContain(t, "after stop", r.send(thread, "sh: echo after-stop").Answer, "after-stop")
 
 	// A reset answered on acceptance, its outcome posted by the session.
-	if _, err := r.cl.Submit(ctx, thread, agentflow.UpdateReset, "record-reset", agentflow.ResetRequest{By: "tester", Notify: true}); err != nil {
-		t.Fatalf("reset: %v", err)
-	}
+	control(agentflow.ControlReset, agentflow.ControlRequest{})
 	waitFor(t, "the reset's notice", func() bool { return strings.Contains(r.terminal.String(), "Started a fresh conversation") })
 	mustContain(t, "after reset", r.send(thread, "sh: cat notes.txt").Answer, "recorded")
 
 	for _, th := range []string{thread, fork.ThreadKey} {
-		if _, err := r.cl.Destroy(ctx, th, agentflow.DestroyRequest{By: "admin"}); err != nil {
-			t.Fatal(err)
-		}
+		control(agentflow.ControlDestroy, agentflow.ControlRequest{Thread: th, By: "admin"})
 	}
 	waitFor(t, "the registry has both destroyed", func() bool {
 		l, _ := r.cl.List(ctx, thread)

@@ -71,6 +71,15 @@ type AgentState struct {
 	Undelivered []UndeliveredAnswer `json:"undelivered,omitempty"`
 	// Registered says the session manager knows this session.
 	Registered bool `json:"registered,omitempty"`
+	// Policy is the tenant's policy as the manager last sent it; nil for
+	// sessions from before policies (no limits).
+	Policy *TenantPolicy `json:"policy,omitempty"`
+	// Model is the session's model; empty: the worker's default.
+	Model string `json:"model,omitempty"`
+	// DefaultBackend: see AgentInput.
+	DefaultBackend bool `json:"default_backend,omitempty"`
+	// MemoAt is when the memo last recorded the session as active.
+	MemoAt time.Time `json:"memo_at,omitempty"`
 }
 
 // QueuedMessage is a user message waiting for the next turn.
@@ -83,6 +92,8 @@ type QueuedMessage struct {
 	Files  []InboundFile `json:"files,omitempty"`
 	// Trace is MessageRequest.Trace.
 	Trace string `json:"trace,omitempty"`
+	// User is MessageRequest.User.
+	User string `json:"user,omitempty"`
 }
 
 // SeenMessage remembers a message ID and the turn that handled it (0 while

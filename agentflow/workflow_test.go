@@ -223,6 +223,20 @@ func (p *parts) newEnv(thread string) *agentEnv {
 			}
 			return nil
 		})
+	// Register is a report that waits for the manager's admission.
+	env.OnActivity(p.acts.Register, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, entry agentflow.SessionEntry) (agentflow.Admission, error) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			in := agentflow.ReportInput{Update: agentflow.ManagerUpdateRegister, Entry: entry}
+			e.reports = append(e.reports, in)
+			if e.reportHook != nil {
+				if err := e.reportHook(in); err != nil {
+					return agentflow.Admission{}, err
+				}
+			}
+			return agentflow.Admission{Admitted: true}, nil
+		})
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
 		e.hooks = slices.DeleteFunc(e.hooks, func(h func(*activity.Info, converter.EncodedValues) bool) bool {
 			return h(info, args)
@@ -847,9 +861,9 @@ func TestWorkflowToolTurn(t *testing.T) {
 	expectIn(t, "terminal", term, "write_file: src/hello.txt", "shell: cat src/hello.txt && pwd", "[tools] agent: all done:")
 	// That no secret reaches the chat, even when a command prints it, is
 	// TestSecretsNeverLeave's (secrets_test.go): this turn never touches one.
-	// Every change was reported: create first, destroy last.
+	// Every change was reported: the registration first, destroy last.
 	reps := e.reported()
-	if len(reps) < 2 || reps[0].Update != agentflow.ManagerUpdateCreate || reps[len(reps)-1].Update != agentflow.ManagerUpdateDestroy ||
+	if len(reps) < 2 || reps[0].Update != agentflow.ManagerUpdateRegister || reps[len(reps)-1].Update != agentflow.ManagerUpdateDestroy ||
 		reps[len(reps)-1].Entry.Status != agentflow.StatusDestroyed {
 		t.Errorf("reports: %+v", reps)
 	}

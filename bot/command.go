@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -18,27 +19,56 @@ const (
 	VerbSwitch   Verb = "switch"   // switch <backend> [root]
 	VerbFork     Verb = "fork"     // fork [--backend b] [title...]
 	VerbTitle    Verb = "title"    // title <name...>
+	VerbModel    Verb = "model"    // model [name]
 	VerbStop     Verb = "stop"     // stop: cancel the running turn
 	VerbDone     Verb = "done"     // done: pause the session, keep it
 	VerbDestroy  Verb = "destroy"  // destroy: end the session for good
 	VerbReset    Verb = "reset"    // reset: a fresh conversation, same workspace
 	VerbStatus   Verb = "status"   // status
-	VerbList     Verb = "list"     // list
+	VerbList     Verb = "list"     // list [--mine | --all] [--page N]
 	VerbBackends Verb = "backends" // backends
 	VerbExport   Verb = "export"   // export
+	VerbPolicy   Verb = "policy"   // policy [set <key> <value...> | reset [key]]
+	VerbAudit    Verb = "audit"    // audit [--page N]
 	VerbHelp     Verb = "help"     // help [verb]
 )
 
 // MaxTitleRunes is the longest session title Parse accepts, in runes.
 const MaxTitleRunes = 100
 
+// MaxModelLen is the longest model name Parse accepts. Model names are
+// ASCII, so this counts bytes and runes alike.
+const MaxModelLen = 100
+
+// MaxPolicyKeyLen and MaxPolicyValueRunes bound what "policy set" accepts.
+// They only keep input sane; which keys exist and which values they take is
+// the session manager's to say.
+const (
+	MaxPolicyKeyLen     = 64
+	MaxPolicyValueRunes = 500
+)
+
+// The actions of the policy verb (Command.PolicyAction); the empty action
+// shows the policy.
+const (
+	PolicySet   = "set"
+	PolicyReset = "reset"
+)
+
+// The scopes of the list verb (Command.Scope); the empty scope is the
+// channel the command was given in.
+const (
+	ScopeMine = "mine"
+	ScopeAll  = "all"
+)
+
 // AgentTrigger is the inline prefix that marks a message as a command, for
 // places where slash commands do not work (Slack threads).
 const AgentTrigger = "!agent"
 
 var verbs = []Verb{
-	VerbNew, VerbSwitch, VerbFork, VerbTitle, VerbStop, VerbDone, VerbDestroy, VerbReset,
-	VerbStatus, VerbList, VerbBackends, VerbExport, VerbHelp,
+	VerbNew, VerbSwitch, VerbFork, VerbTitle, VerbModel, VerbStop, VerbDone, VerbDestroy, VerbReset,
+	VerbStatus, VerbList, VerbBackends, VerbExport, VerbPolicy, VerbAudit, VerbHelp,
 }
 
 var synopses = map[Verb]string{
@@ -46,14 +76,17 @@ var synopses = map[Verb]string{
 	VerbSwitch:   "switch <backend> [root]",
 	VerbFork:     "fork [--backend b] [title...]",
 	VerbTitle:    "title <name...>",
+	VerbModel:    "model [name]",
 	VerbStop:     "stop",
 	VerbDone:     "done",
 	VerbDestroy:  "destroy",
 	VerbReset:    "reset",
 	VerbStatus:   "status",
-	VerbList:     "list",
+	VerbList:     "list [--mine | --all] [--page N]",
 	VerbBackends: "backends",
 	VerbExport:   "export",
+	VerbPolicy:   "policy [set <key> <value...> | reset [key]]",
+	VerbAudit:    "audit [--page N]",
 	VerbHelp:     "help [verb]",
 }
 
@@ -62,14 +95,17 @@ var descriptions = map[Verb]string{
 	VerbSwitch:   "move this session to another sandbox backend, workspace files included (root: an absolute directory, for the local backend)",
 	VerbFork:     "copy this session (conversation and workspace) into a new thread, optionally on another backend",
 	VerbTitle:    "rename this session",
+	VerbModel:    "show this session's model, or set it (to one the policy allows)",
 	VerbStop:     "cancel the turn that is running",
 	VerbDone:     "pause this session and keep it for later",
 	VerbDestroy:  "end this session and delete its sandbox",
 	VerbReset:    "start a fresh conversation on the same workspace (the old one is kept for export)",
 	VerbStatus:   "show this session's title, backend and what it is doing",
-	VerbList:     "list the sessions here",
+	VerbList:     "list the sessions in this channel as a tree of forks (--mine: the ones you started; --all: every channel's, for admins)",
 	VerbBackends: "list the sandbox backends available",
 	VerbExport:   "export this session's transcript",
+	VerbPolicy:   "show the policy (limits, backends, models); admins can set a key, or reset one or all to the configured value",
+	VerbAudit:    "show the log of control commands and who gave them, newest first (admins only)",
 	VerbHelp:     "show this help, or how to use one verb",
 }
 
@@ -109,11 +145,23 @@ func Help() string {
 //   - switch: Backend (required), Root (optional, absolute and clean)
 //   - fork: Backend (optional), Title (optional)
 //   - title: Title (required, non-empty)
+//   - model: Model (optional: empty shows the model, a name sets it)
+//   - policy: PolicyAction ("", PolicySet or PolicyReset); for set,
+//     PolicyKey and PolicyValue (both required); for reset, PolicyKey
+//     (optional: empty resets every key)
+//   - list: Scope ("", ScopeMine or ScopeAll), Page (optional)
+//   - audit: Page (optional)
 //   - help: Topic (optional, the verb asked about)
 //   - every other verb: nothing
 //
-// Backend is always spelled as in the list given to Parse. Title holds no
-// control characters, no runs of whitespace, and at most MaxTitleRunes runes.
+// Backend is always spelled as in the list given to Parse. Title and
+// PolicyValue hold no control characters and no runs of whitespace; Title
+// is at most MaxTitleRunes runes, PolicyValue MaxPolicyValueRunes. Model is
+// one word of ASCII letters, digits and . - _ : / that starts with a letter
+// or digit, at most MaxModelLen long. PolicyKey is one word of lowercase
+// ASCII letters, digits and '-' that starts with a letter or digit, at most
+// MaxPolicyKeyLen long; Parse checks only that shape, not that the key
+// exists. Page is 0 when not given, at least 1 otherwise.
 type Command struct {
 	Verb    Verb
 	Backend string
@@ -121,6 +169,20 @@ type Command struct {
 	Title   string
 	// Topic is the verb that "help <verb>" asks about; empty otherwise.
 	Topic Verb
+	// Model is the model that "model <name>" sets; empty otherwise.
+	Model string
+	// PolicyAction, PolicyKey and PolicyValue are what "policy" does:
+	// show (""), set a key to a value, or reset a key (all keys when
+	// PolicyKey is empty).
+	PolicyAction string
+	PolicyKey    string
+	PolicyValue  string
+	// Scope is whose sessions "list" shows: this channel's (""), the
+	// asker's (ScopeMine) or every one (ScopeAll).
+	Scope string
+	// Page is the page of "list" or "audit" asked for, from 1; 0 when no
+	// page was given (the first).
+	Page int
 }
 
 // String returns the command in the grammar's canonical form, quoting where
@@ -147,6 +209,27 @@ func (c Command) String() string {
 		parts = append(parts, titleWords(c.Title, isOption(c.Title))...)
 	case VerbTitle:
 		parts = append(parts, titleWords(c.Title, false)...)
+	case VerbModel:
+		if c.Model != "" {
+			parts = append(parts, quoteWord(c.Model))
+		}
+	case VerbPolicy:
+		if c.PolicyAction != "" {
+			parts = append(parts, c.PolicyAction)
+		}
+		if c.PolicyKey != "" {
+			parts = append(parts, quoteWord(c.PolicyKey))
+		}
+		if c.PolicyAction == PolicySet {
+			parts = append(parts, titleWords(c.PolicyValue, false)...)
+		}
+	case VerbList, VerbAudit:
+		if c.Scope != "" {
+			parts = append(parts, "--"+c.Scope)
+		}
+		if c.Page != 0 {
+			parts = append(parts, "--page", strconv.Itoa(c.Page))
+		}
 	case VerbHelp:
 		if c.Topic != "" {
 			parts = append(parts, string(c.Topic))
@@ -228,6 +311,10 @@ func usageErr(v Verb, problem string) *ParseError {
 // joined by single spaces, with control characters removed; longer than
 // MaxTitleRunes is an error. A root must be an absolute path; it is cleaned.
 // Em and en dashes that chat clients substitute for "--" are read as "--".
+// A model name keeps its case; policy actions and keys do not (keys come
+// back in lower case), and a policy value is the remaining words joined
+// like a title. The options of list and audit come in any order, each at
+// most once, with "--page N" or "--page=N".
 //
 // Every error is a *ParseError whose message tells the user what to type.
 func Parse(text string, backends []string) (Command, error) {
@@ -243,7 +330,11 @@ func Parse(text string, backends []string) (Command, error) {
 		}
 		return Command{}, parseErr("", "unknown command '%s'. Try 'help'.", clip(word))
 	}
-	args := toks[1:]
+	return parseArgs(v, toks[1:], backends)
+}
+
+// parseArgs parses the arguments of verb v as documented on Parse.
+func parseArgs(v Verb, args []token, backends []string) (Command, error) {
 	cmd := Command{Verb: v}
 	switch v {
 	case VerbNew:
@@ -314,12 +405,224 @@ func Parse(text string, backends []string) (Command, error) {
 			}
 			cmd.Topic = topic
 		}
+	case VerbModel:
+		if len(args) > 1 {
+			return Command{}, usageErr(v, "a model name is one word, without spaces")
+		}
+		if len(args) == 1 {
+			m, err := modelName(args[0].text)
+			if err != nil {
+				return Command{}, err
+			}
+			cmd.Model = m
+		}
+	case VerbPolicy:
+		if err := policyArgs(&cmd, args); err != nil {
+			return Command{}, err
+		}
+	case VerbList, VerbAudit:
+		if err := pageOptions(&cmd, args); err != nil {
+			return Command{}, err
+		}
 	default: // verbs without arguments
 		if len(args) > 0 {
 			return Command{}, usageErr(v, fmt.Sprintf("%s takes no arguments", v))
 		}
 	}
 	return cmd, nil
+}
+
+// modelName checks the name given to "model".
+func modelName(name string) (string, error) {
+	const v = VerbModel
+	if n := utf8.RuneCountInString(name); n > MaxModelLen {
+		return "", parseErr(v, "the model name is too long (%d characters; at most %d)", n, MaxModelLen)
+	}
+	if !wordOf(name, isModelRune) {
+		return "", usageErr(v, fmt.Sprintf("'%s' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit", clip(name)))
+	}
+	return name, nil
+}
+
+func isModelRune(r rune) bool {
+	return isASCIIAlnum(r) || strings.ContainsRune(".-_:/", r)
+}
+
+func isPolicyKeyRune(r rune) bool { return isASCIIAlnum(r) || r == '-' }
+
+func isASCIIAlnum(r rune) bool {
+	return ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9')
+}
+
+// wordOf reports whether w is non-empty, starts with an ASCII letter or
+// digit (so it never reads as an option), and has only runes that ok
+// accepts.
+func wordOf(w string, ok func(rune) bool) bool {
+	r, _ := utf8.DecodeRuneInString(w)
+	if w == "" || !isASCIIAlnum(r) {
+		return false
+	}
+	for _, r := range w {
+		if !ok(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// policyArgs parses "policy [set <key> <value...> | reset [key]]" into cmd.
+func policyArgs(cmd *Command, args []token) error {
+	const v = VerbPolicy
+	if len(args) == 0 {
+		return nil
+	}
+	word := args[0].text
+	action := strings.ToLower(word)
+	args = args[1:]
+	switch action {
+	case PolicySet:
+		if len(args) == 0 {
+			return usageErr(v, "policy set needs a key and a value")
+		}
+		key, err := policyKey(args[0].text)
+		if err != nil {
+			return err
+		}
+		val, err := policyValue(args[1:])
+		if err != nil {
+			return err
+		}
+		if val == "" {
+			return usageErr(v, fmt.Sprintf("policy set needs a value for '%s' (to go back to the configured value, use policy reset %s)", key, key))
+		}
+		cmd.PolicyKey, cmd.PolicyValue = key, val
+	case PolicyReset:
+		if len(args) > 1 {
+			return usageErr(v, "policy reset takes at most one key")
+		}
+		if len(args) == 1 {
+			key, err := policyKey(args[0].text)
+			if err != nil {
+				return err
+			}
+			cmd.PolicyKey = key
+		}
+	default:
+		problem := fmt.Sprintf("policy takes 'set' or 'reset', not '%s'", clip(word))
+		if s := suggest(action, []string{PolicySet, PolicyReset}); s != "" {
+			return parseErr(v, "%s; did you mean '%s'?", problem, s)
+		}
+		return usageErr(v, problem)
+	}
+	cmd.PolicyAction = action
+	return nil
+}
+
+// policyKey checks the shape of a policy key; any case is accepted, and
+// the key is returned in lower case.
+func policyKey(key string) (string, error) {
+	const v = VerbPolicy
+	if n := utf8.RuneCountInString(key); n > MaxPolicyKeyLen {
+		return "", parseErr(v, "the policy key is too long (%d characters; at most %d)", n, MaxPolicyKeyLen)
+	}
+	if !wordOf(key, isPolicyKeyRune) {
+		return "", usageErr(v, fmt.Sprintf("'%s' is not a policy key: use letters, digits and - only, starting with a letter or digit", clip(key)))
+	}
+	return strings.ToLower(key), nil
+}
+
+// policyValue joins the words of a policy value and sanitises them like a
+// title.
+func policyValue(args []token) (string, error) {
+	words := make([]string, len(args))
+	for i, a := range args {
+		words[i] = a.text
+	}
+	val := sanitizeTitle(strings.Join(words, " "))
+	if n := utf8.RuneCountInString(val); n > MaxPolicyValueRunes {
+		return "", parseErr(VerbPolicy, "the policy value is too long (%d characters; at most %d)", n, MaxPolicyValueRunes)
+	}
+	return val, nil
+}
+
+// pageOptions parses the options of list ("--mine", "--all", "--page N")
+// and of audit ("--page N") into cmd. Options may come in any order and
+// take their value as the next word or after '='.
+func pageOptions(cmd *Command, args []token) error {
+	v := cmd.Verb
+	for len(args) > 0 {
+		word := args[0].text
+		args = args[1:]
+		name, val, hasVal := strings.Cut(normaliseDashes(word), "=")
+		switch {
+		case name == "--page":
+			if cmd.Page != 0 {
+				return usageErr(v, "--page is given twice")
+			}
+			if !hasVal {
+				if len(args) == 0 {
+					return usageErr(v, "--page needs a number")
+				}
+				val, args = args[0].text, args[1:]
+			}
+			n, ok := pageNumber(val)
+			if !ok {
+				return usageErr(v, fmt.Sprintf("--page needs a number of 1 or more, not '%s'", clip(val)))
+			}
+			cmd.Page = n
+		case v == VerbList && (name == "--"+ScopeMine || name == "--"+ScopeAll):
+			if hasVal {
+				return usageErr(v, fmt.Sprintf("%s takes no value", name))
+			}
+			scope := strings.TrimPrefix(name, "--")
+			switch cmd.Scope {
+			case "":
+				cmd.Scope = scope
+			case scope:
+				return usageErr(v, fmt.Sprintf("%s is given twice", name))
+			default:
+				return usageErr(v, "--mine and --all do not go together: give one of them")
+			}
+		default:
+			return optionErr(v, word)
+		}
+	}
+	return nil
+}
+
+// pageNumber reads a page number: decimal ASCII digits, at least 1.
+func pageNumber(s string) (int, bool) {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return r < '0' || r > '9' }) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 1
+}
+
+// optionErr explains a word that is not an option of list or audit,
+// suggesting the option it looks like.
+func optionErr(v Verb, word string) error {
+	opts := []string{"--page"}
+	if v == VerbList {
+		opts = []string{"--" + ScopeMine, "--" + ScopeAll, "--page"}
+	}
+	var problem, s string
+	if w := normaliseDashes(word); isOption(w) {
+		name, _, _ := strings.Cut(w, "=")
+		problem = fmt.Sprintf("unknown option '%s'", clip(name))
+		s = suggest(name, opts)
+	} else {
+		problem = fmt.Sprintf("%s takes only options, not '%s'", v, clip(word))
+		if _, ok := pageNumber(word); ok {
+			s = "--page " + word
+		} else {
+			s = suggest("--"+word, opts)
+		}
+	}
+	if s != "" {
+		return parseErr(v, "%s; did you mean '%s'?", problem, s)
+	}
+	return usageErr(v, problem)
 }
 
 func verbNames() []string {
@@ -592,10 +895,12 @@ func quoted(s string) (text, rest string, ok bool) {
 //     accepted for "<@U123>"), optionally followed by ':' or ',', is a command
 //     only when its next word is a verb (any case) used in the verb's shape:
 //     new, fork and title take any text; switch takes one or two words, the
-//     second a path starting with '/'; help takes nothing or a verb; every
-//     other verb must stand alone. So "@bot stop" stops the turn, while
-//     "@bot stop the server on port 80" and "@bot please fix the build" are
-//     chat for the agent.
+//     second a path starting with '/'; help takes nothing or a verb; model,
+//     policy, list and audit take what Parse accepts of them (a model name;
+//     set or reset and a key; their options); every other verb must stand
+//     alone. So "@bot stop" stops the turn and "@bot list --mine" lists,
+//     while "@bot stop the server on port 80", "@bot list all the files"
+//     and "@bot please fix the build" are chat for the agent.
 //
 // Leading white space is ignored; a mention or trigger later in the message
 // does not count. An empty botMention recognises only "!agent". ok is false
@@ -686,6 +991,11 @@ func commandShaped(toks []token) bool {
 		return len(args) <= 1 || (len(args) == 2 && strings.HasPrefix(args[1].text, "/"))
 	case VerbHelp:
 		return len(args) == 0 || (len(args) == 1 && Verb(strings.ToLower(args[0].text)).Valid())
+	case VerbModel, VerbPolicy, VerbList, VerbAudit:
+		// Their arguments are narrow enough (one name; set or reset
+		// and a key; options) that what parses is meant as a command.
+		_, err := parseArgs(v, args, nil)
+		return err == nil
 	}
 	return v.Valid() && len(args) == 0
 }

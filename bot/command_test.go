@@ -67,6 +67,40 @@ func TestParse(t *testing.T) {
 		{"export", "export", bot.Command{Verb: bot.VerbExport}},
 		{"help", "help", bot.Command{Verb: bot.VerbHelp}},
 		{"help verb", "help Switch", bot.Command{Verb: bot.VerbHelp, Topic: bot.VerbSwitch}},
+		{"help new verb", "help policy", bot.Command{Verb: bot.VerbHelp, Topic: bot.VerbPolicy}},
+
+		{"model show", "model", bot.Command{Verb: bot.VerbModel}},
+		{"model set", "model claude-sonnet-4", bot.Command{Verb: bot.VerbModel, Model: "claude-sonnet-4"}},
+		{"model keeps case", "MODEL GPT-4o", bot.Command{Verb: bot.VerbModel, Model: "GPT-4o"}},
+		{"model with every allowed character", "model openai/gpt-4.1_mini:2025-04", bot.Command{Verb: bot.VerbModel, Model: "openai/gpt-4.1_mini:2025-04"}},
+		{"model quoted", `model "llama3.1:8b"`, bot.Command{Verb: bot.VerbModel, Model: "llama3.1:8b"}},
+		{"model name at the limit", "model " + strings.Repeat("m", bot.MaxModelLen), bot.Command{Verb: bot.VerbModel, Model: strings.Repeat("m", bot.MaxModelLen)}},
+
+		{"policy show", "policy", bot.Command{Verb: bot.VerbPolicy}},
+		{"policy set", "policy set max-sessions 10", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "max-sessions", PolicyValue: "10"}},
+		{"policy set value of words", "policy set backends  docker,\te2b local", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "backends", PolicyValue: "docker, e2b local"}},
+		{"policy set value whitespace collapsed", "policy set models a \t b\n", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "models", PolicyValue: "a b"}},
+		{"policy set quoted value", `policy set models "x  y" 'z'`, bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "models", PolicyValue: "x y z"}},
+		{"policy set value that looks like a verb or option", "policy set default-backend --all help", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "default-backend", PolicyValue: "--all help"}},
+		{"policy set value control chars stripped", "policy set k a\x00b \u202Ec", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "k", PolicyValue: "ab c"}},
+		{"policy set value with quotes", `policy set k "say \"hi\""`, bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "k", PolicyValue: `say "hi"`}},
+		{"policy action and key any case", "Policy SET Max-Sessions 3", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "max-sessions", PolicyValue: "3"}},
+		{"policy unknown key is for the manager", "policy set no-such-key 1", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "no-such-key", PolicyValue: "1"}},
+		{"policy reset all", "policy reset", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicyReset}},
+		{"policy reset key", "policy reset models", bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicyReset, PolicyKey: "models"}},
+
+		{"audit", "audit", bot.Command{Verb: bot.VerbAudit}},
+		{"audit page", "audit --page 2", bot.Command{Verb: bot.VerbAudit, Page: 2}},
+		{"audit page equals", "audit --page=12", bot.Command{Verb: bot.VerbAudit, Page: 12}},
+		{"audit page leading zero", "audit --page 007", bot.Command{Verb: bot.VerbAudit, Page: 7}},
+		{"audit em dash page", "audit \u2014page 3", bot.Command{Verb: bot.VerbAudit, Page: 3}},
+
+		{"list mine", "list --mine", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeMine}},
+		{"list all", "list --all", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeAll}},
+		{"list page", "list --page 3", bot.Command{Verb: bot.VerbList, Page: 3}},
+		{"list scope and page", "list --mine --page 2", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeMine, Page: 2}},
+		{"list page before scope", "list --page=4 --all", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeAll, Page: 4}},
+		{"list en dash", "list \u2013all", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeAll}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,7 +174,7 @@ func TestParseErrors(t *testing.T) {
 		{"done with args", "done now", nil, bot.VerbDone, []string{"done takes no arguments"}, nil},
 		{"destroy with args", "destroy everything", nil, bot.VerbDestroy, []string{"destroy takes no arguments"}, nil},
 		{"status with args", "status x", nil, bot.VerbStatus, []string{"status takes no arguments"}, nil},
-		{"list with args", "list all", nil, bot.VerbList, []string{"list takes no arguments"}, nil},
+		{"list with a word", "list all", nil, bot.VerbList, []string{"list takes only options, not 'all'"}, nil},
 		{"backends with args", "backends x", nil, bot.VerbBackends, []string{"backends takes no arguments"}, nil},
 		{"export with args", "export json", nil, bot.VerbExport, []string{"export takes no arguments"}, nil},
 		{"help unknown topic", "help swtich", nil, bot.VerbHelp,
@@ -181,6 +215,162 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestParseErrorMessages pins the whole message of the errors of model,
+// policy, list and audit: what the user reads, usage line included.
+func TestParseErrorMessages(t *testing.T) {
+	usage := func(v bot.Verb) string { return "; usage: " + bot.Usage(v) }
+	model, policy, list, audit := usage(bot.VerbModel), usage(bot.VerbPolicy), usage(bot.VerbList), usage(bot.VerbAudit)
+	tests := []struct {
+		name string
+		text string
+		verb bot.Verb
+		want string
+	}{
+		{"model two words", "model gpt 4", bot.VerbModel,
+			"a model name is one word, without spaces" + model},
+		{"model quoted with a space", `model "gpt 4"`, bot.VerbModel,
+			"'gpt 4' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit" + model},
+		{"model bad character", "model gpt*4", bot.VerbModel,
+			"'gpt*4' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit" + model},
+		{"model non-ASCII letter", "model gpt-а", bot.VerbModel,
+			"'gpt-а' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit" + model},
+		{"model option-like", "model --list", bot.VerbModel,
+			"'--list' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit" + model},
+		{"model empty quotes", `model ""`, bot.VerbModel,
+			"'' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit" + model},
+		{"model too long", "model " + strings.Repeat("m", bot.MaxModelLen+1), bot.VerbModel,
+			"the model name is too long (101 characters; at most 100)"},
+		{"model echo clipped", "model " + strings.Repeat("*", 40), bot.VerbModel,
+			"'" + strings.Repeat("*", 31) + "…' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit" + model},
+
+		{"policy unknown action close", "policy sett k v", bot.VerbPolicy,
+			"policy takes 'set' or 'reset', not 'sett'; did you mean 'set'?"},
+		{"policy unknown action close to reset", "policy rest", bot.VerbPolicy,
+			"policy takes 'set' or 'reset', not 'rest'; did you mean 'reset'?"},
+		{"policy unknown action far", "policy show", bot.VerbPolicy,
+			"policy takes 'set' or 'reset', not 'show'" + policy},
+		{"policy set without key", "policy set", bot.VerbPolicy,
+			"policy set needs a key and a value" + policy},
+		{"policy set without value", "policy set max-sessions", bot.VerbPolicy,
+			"policy set needs a value for 'max-sessions' (to go back to the configured value, use policy reset max-sessions)" + policy},
+		{"policy set empty value", "policy set models \"\" \"\x01\"", bot.VerbPolicy,
+			"policy set needs a value for 'models' (to go back to the configured value, use policy reset models)" + policy},
+		{"policy set bad key", "policy set max_sessions 3", bot.VerbPolicy,
+			"'max_sessions' is not a policy key: use letters, digits and - only, starting with a letter or digit" + policy},
+		{"policy set option-like key", "policy set --force 3", bot.VerbPolicy,
+			"'--force' is not a policy key: use letters, digits and - only, starting with a letter or digit" + policy},
+		{"policy key too long", "policy reset " + strings.Repeat("k", bot.MaxPolicyKeyLen+1), bot.VerbPolicy,
+			"the policy key is too long (65 characters; at most 64)"},
+		{"policy value too long", "policy set k " + strings.Repeat("v", bot.MaxPolicyValueRunes+1), bot.VerbPolicy,
+			"the policy value is too long (501 characters; at most 500)"},
+		{"policy reset two keys", "policy reset models backends", bot.VerbPolicy,
+			"policy reset takes at most one key" + policy},
+		{"policy reset bad key", "policy reset Max.Sessions", bot.VerbPolicy,
+			"'Max.Sessions' is not a policy key: use letters, digits and - only, starting with a letter or digit" + policy},
+
+		{"audit page without number", "audit --page", bot.VerbAudit,
+			"--page needs a number" + audit},
+		{"audit page zero", "audit --page 0", bot.VerbAudit,
+			"--page needs a number of 1 or more, not '0'" + audit},
+		{"audit page negative", "audit --page -2", bot.VerbAudit,
+			"--page needs a number of 1 or more, not '-2'" + audit},
+		{"audit page signed", "audit --page=+2", bot.VerbAudit,
+			"--page needs a number of 1 or more, not '+2'" + audit},
+		{"audit page not a number", "audit --page two", bot.VerbAudit,
+			"--page needs a number of 1 or more, not 'two'" + audit},
+		{"audit page empty after equals", "audit --page=", bot.VerbAudit,
+			"--page needs a number of 1 or more, not ''" + audit},
+		{"audit page overflows", "audit --page 99999999999999999999", bot.VerbAudit,
+			"--page needs a number of 1 or more, not '99999999999999999999'" + audit},
+		{"audit page twice", "audit --page 1 --page 2", bot.VerbAudit,
+			"--page is given twice" + audit},
+		{"audit bare number", "audit 2", bot.VerbAudit,
+			"audit takes only options, not '2'; did you mean '--page 2'?"},
+		{"audit has no scope", "audit --all", bot.VerbAudit,
+			"unknown option '--all'" + audit},
+		{"audit option typo", "audit --pgae 2", bot.VerbAudit,
+			"unknown option '--pgae'; did you mean '--page'?"},
+		{"audit word", "audit everything", bot.VerbAudit,
+			"audit takes only options, not 'everything'" + audit},
+
+		{"list mine and all", "list --mine --all", bot.VerbList,
+			"--mine and --all do not go together: give one of them" + list},
+		{"list all and mine", "list --all --page 2 --mine", bot.VerbList,
+			"--mine and --all do not go together: give one of them" + list},
+		{"list mine twice", "list --mine --mine", bot.VerbList,
+			"--mine is given twice" + list},
+		{"list scope with value", "list --all=yes", bot.VerbList,
+			"--all takes no value" + list},
+		{"list word for option", "list mine", bot.VerbList,
+			"list takes only options, not 'mine'; did you mean '--mine'?"},
+		{"list option typo", "list --al", bot.VerbList,
+			"unknown option '--al'; did you mean '--all'?"},
+		{"list option typo with value", "list --paeg=2", bot.VerbList,
+			"unknown option '--paeg'; did you mean '--page'?"},
+		{"list unknown option", "list --everything", bot.VerbList,
+			"unknown option '--everything'" + list},
+		{"list page zero", "list --mine --page 0", bot.VerbList,
+			"--page needs a number of 1 or more, not '0'" + list},
+		{"list page twice", "list --page=1 --page=1", bot.VerbList,
+			"--page is given twice" + list},
+		{"list prose", "list the files please", bot.VerbList,
+			"list takes only options, not 'the'" + list},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd, err := bot.Parse(tt.text, testBackends)
+			var pe *bot.ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Parse(%q) = %+v, %v; want a *ParseError", tt.text, cmd, err)
+			}
+			if cmd != (bot.Command{}) {
+				t.Errorf("Parse returned %+v with its error, want the zero Command", cmd)
+			}
+			if pe.Verb != tt.verb {
+				t.Errorf("ParseError.Verb = %q, want %q", pe.Verb, tt.verb)
+			}
+			if pe.Message != tt.want {
+				t.Errorf("message\n got %q\nwant %q", pe.Message, tt.want)
+			}
+		})
+	}
+}
+
+// TestCommandString pins the canonical form of the new verbs' commands,
+// including ones no user typed (Discord builds commands from options).
+func TestCommandString(t *testing.T) {
+	tests := []struct {
+		cmd  bot.Command
+		want string
+	}{
+		{bot.Command{Verb: bot.VerbModel}, "model"},
+		{bot.Command{Verb: bot.VerbModel, Model: "gpt-4o"}, "model gpt-4o"},
+		{bot.Command{Verb: bot.VerbPolicy}, "policy"},
+		{bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "models", PolicyValue: `a "b" c'd`},
+			`policy set models a "\"b\"" c'd`},
+		{bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicySet, PolicyKey: "k", PolicyValue: "--x 'y"},
+			`policy set k --x "'y"`},
+		{bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicyReset}, "policy reset"},
+		{bot.Command{Verb: bot.VerbPolicy, PolicyAction: bot.PolicyReset, PolicyKey: "models"}, "policy reset models"},
+		{bot.Command{Verb: bot.VerbAudit}, "audit"},
+		{bot.Command{Verb: bot.VerbAudit, Page: 3}, "audit --page 3"},
+		{bot.Command{Verb: bot.VerbList}, "list"},
+		{bot.Command{Verb: bot.VerbList, Scope: bot.ScopeMine}, "list --mine"},
+		{bot.Command{Verb: bot.VerbList, Scope: bot.ScopeAll, Page: 2}, "list --all --page 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := tt.cmd.String(); got != tt.want {
+				t.Errorf("String() = %q, want %q", got, tt.want)
+			}
+			again, err := bot.Parse(tt.cmd.String(), testBackends)
+			if err != nil || again != tt.cmd {
+				t.Errorf("Parse(%q) = %+v, %v; want %+v", tt.cmd.String(), again, err, tt.cmd)
+			}
+		})
+	}
+}
+
 func TestUsageAndHelp(t *testing.T) {
 	help := bot.Help()
 	lines := strings.Split(help, "\n")
@@ -204,8 +394,15 @@ func TestUsageAndHelp(t *testing.T) {
 	if u := bot.Usage("nope"); u != "" {
 		t.Errorf("Usage(unknown) = %q, want empty", u)
 	}
+	wantOrder := []bot.Verb{bot.VerbNew, bot.VerbSwitch, bot.VerbFork, bot.VerbTitle, bot.VerbModel,
+		bot.VerbStop, bot.VerbDone, bot.VerbDestroy, bot.VerbReset, bot.VerbStatus, bot.VerbList,
+		bot.VerbBackends, bot.VerbExport, bot.VerbPolicy, bot.VerbAudit, bot.VerbHelp}
+	if got := bot.Verbs(); !slices.Equal(got, wantOrder) {
+		t.Errorf("Verbs() = %v, want %v", got, wantOrder)
+	}
 	for _, want := range []string{"new [backend] [title...]", "switch <backend> [root]",
-		"fork [--backend b] [title...]", "title <name...>", "help [verb]"} {
+		"fork [--backend b] [title...]", "title <name...>", "help [verb]", "model [name]",
+		"policy [set <key> <value...> | reset [key]]", "audit [--page N]", "list [--mine | --all] [--page N]"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("Help lacks %q", want)
 		}
@@ -245,6 +442,15 @@ func TestTrigger(t *testing.T) {
 		{"mention switch alone is a command", "<@U123> switch", me, "switch", true},
 		{"mention help verb", "<@U123> help fork", me, "help fork", true},
 		{"plain text mention style", "@bot status", "@bot", "status", true},
+		{"mention model alone", "<@U123> model", me, "model", true},
+		{"mention model name", "<@U123> model gpt-4o", me, "model gpt-4o", true},
+		{"mention policy alone", "<@U123> policy", me, "policy", true},
+		{"mention policy set", "<@U123> policy set max-sessions 5", me, "policy set max-sessions 5", true},
+		{"mention policy reset", "<@U123> policy reset", me, "policy reset", true},
+		{"mention list scope", "<@U123> list --mine", me, "list --mine", true},
+		{"mention list page", "<@U123> list --all --page 2", me, "list --all --page 2", true},
+		{"mention audit page", "<@U123> audit --page 3", me, "audit --page 3", true},
+		{"bang list with a typo still a command", "!agent list mine", me, "list mine", true},
 
 		{"mention then chat", "<@U123> please fix the build", me, "", false},
 		// Prose that starts with a verb that takes free text goes to the
@@ -255,6 +461,12 @@ func TestTrigger(t *testing.T) {
 		{"title in prose is chat", "<@U123> title case all the headings in README.md", me, "", false},
 		{"fork in prose is chat", "<@U123> fork the repo and open a PR", me, "", false},
 		{"mention then chat starting with verb", "<@U123> stop the server on port 80", me, "", false},
+		{"model in prose is chat", "<@U123> model the data as a graph", me, "", false},
+		{"model with a non-name is chat", "<@U123> model this?", me, "", false},
+		{"policy in prose is chat", "<@U123> policy documents need a review", me, "", false},
+		{"list in prose is chat", "<@U123> list all the files in src", me, "", false},
+		{"list with a word is chat", "<@U123> list mine", me, "", false},
+		{"audit in prose is chat", "<@U123> audit the dependencies", me, "", false},
 		{"destroy in a sentence is chat", "<@U123> destroy the old branch", me, "", false},
 		{"help in a sentence is chat", "<@U123> help me fix the build", me, "", false},
 		{"switch in a sentence is chat", "<@U123> switch to the other approach", me, "", false},
@@ -285,6 +497,10 @@ func FuzzParse(f *testing.F) {
 		"title \x00a\tb", `title "a \"b\" \\c"`, "stop", "done", "destroy", "status", "list",
 		"backends", "export", "help switch", "swich", "\u201Cnew\u201D", `new "unterminated`,
 		"new \xff\xfe", "switch LOCAL '/x y'", "title ' '",
+		"model", "model gpt-4o", "model a/b:c_d.e", "model --x", "model \"\"", "policy", "policy set k v w",
+		"policy set K '\"v\"'", "policy reset", "policy reset k", "policy sett", "policy set k \x00",
+		"audit --page 2", "audit \u2014page=3", "audit 2", "list --mine", "list --all --page 9",
+		"list --mine --all", "list --page 0", "list mine",
 	} {
 		f.Add(s)
 	}
@@ -321,6 +537,7 @@ func FuzzParse(f *testing.F) {
 		if cmd.Topic != "" && !cmd.Topic.Valid() {
 			t.Fatalf("Parse(%q): help topic %q is not a verb", text, cmd.Topic)
 		}
+		checkNewFields(t, text, cmd)
 		again, err := bot.Parse(cmd.String(), testBackends)
 		if err != nil || again != cmd {
 			t.Fatalf("Parse(%q) = %+v; its String %q parses to %+v, %v", text, cmd, cmd.String(), again, err)
@@ -346,4 +563,54 @@ func FuzzTrigger(f *testing.F) {
 			t.Fatalf("Trigger(%q) rest %q is not trimmed", text, rest)
 		}
 	})
+}
+
+// checkNewFields checks the fields of model, policy, list and audit against
+// the contract on bot.Command.
+func checkNewFields(t *testing.T, text string, cmd bot.Command) {
+	t.Helper()
+	word := func(w string, extra string, lower bool) bool {
+		if w == "" || strings.IndexFunc(w[:1], isAlnum) != 0 {
+			return false
+		}
+		return !strings.ContainsFunc(w, func(r rune) bool {
+			return !(isAlnum(r) || strings.ContainsRune(extra, r)) || (lower && 'A' <= r && r <= 'Z')
+		})
+	}
+	if cmd.Model != "" && (cmd.Verb != bot.VerbModel || len(cmd.Model) > bot.MaxModelLen || !word(cmd.Model, ".-_:/", false)) {
+		t.Fatalf("Parse(%q): bad model %q in %+v", text, cmd.Model, cmd)
+	}
+	switch cmd.PolicyAction {
+	case "":
+		if cmd.PolicyKey != "" || cmd.PolicyValue != "" {
+			t.Fatalf("Parse(%q): policy key or value without an action: %+v", text, cmd)
+		}
+	case bot.PolicySet, bot.PolicyReset:
+		if cmd.Verb != bot.VerbPolicy {
+			t.Fatalf("Parse(%q): policy action on %s", text, cmd.Verb)
+		}
+		set := cmd.PolicyAction == bot.PolicySet
+		if (set && cmd.PolicyKey == "") || (cmd.PolicyKey != "" && (len(cmd.PolicyKey) > bot.MaxPolicyKeyLen || !word(cmd.PolicyKey, "-", true))) {
+			t.Fatalf("Parse(%q): bad policy key %q", text, cmd.PolicyKey)
+		}
+		if set != (cmd.PolicyValue != "") {
+			t.Fatalf("Parse(%q): policy value %q with action %q", text, cmd.PolicyValue, cmd.PolicyAction)
+		}
+	default:
+		t.Fatalf("Parse(%q): unknown policy action %q", text, cmd.PolicyAction)
+	}
+	if strings.ContainsFunc(cmd.PolicyValue, unicode.IsControl) || strings.Contains(cmd.PolicyValue, "  ") ||
+		strings.TrimSpace(cmd.PolicyValue) != cmd.PolicyValue || utf8.RuneCountInString(cmd.PolicyValue) > bot.MaxPolicyValueRunes {
+		t.Fatalf("Parse(%q): policy value %q is not sanitised", text, cmd.PolicyValue)
+	}
+	if cmd.Scope != "" && (cmd.Verb != bot.VerbList || (cmd.Scope != bot.ScopeMine && cmd.Scope != bot.ScopeAll)) {
+		t.Fatalf("Parse(%q): scope %q on %s", text, cmd.Scope, cmd.Verb)
+	}
+	if cmd.Page < 0 || (cmd.Page != 0 && cmd.Verb != bot.VerbList && cmd.Verb != bot.VerbAudit) {
+		t.Fatalf("Parse(%q): page %d on %s", text, cmd.Page, cmd.Verb)
+	}
+}
+
+func isAlnum(r rune) bool {
+	return ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9')
 }

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentbot/agentbot/agentflow"
@@ -52,14 +53,17 @@ type ownStack struct {
 }
 
 type stackOptions struct {
-	// noReports leaves the worker's activities without a Temporal client,
-	// so an agent's reports to its session manager fail for good (and
-	// forks cannot run): the manager never hears of the session.
+	// noReports refuses, for good, every update-with-start of the worker's
+	// Temporal client, so an agent's reports and registration to its
+	// session manager fail: the manager never hears of the session.
 	noReports bool
 	// chat, when set, receives what the terminal sender posts.
 	chat io.Writer
 	// noWorker starts no worker: nothing runs the sessions.
 	noWorker bool
+	// policy is the configured tenant policy (of the gateway's client and
+	// the worker's activities).
+	policy *agentflow.TenantPolicy
 }
 
 func startOwnStack(t *testing.T, opts stackOptions) *ownStack {
@@ -99,8 +103,13 @@ func startOwnStack(t *testing.T, opts stackOptions) *ownStack {
 	}
 	acts := &agentflow.Activities{Sandboxes: reg, Blobs: blobs, Model: llmc, ModelName: "fake",
 		Chat: map[string]agentflow.ChatSender{"term": terminal.NewSender(cmp.Or[io.Writer](opts.chat, io.Discard))}}
-	if !opts.noReports {
-		acts.Temporal = tc
+	acts.Temporal = tc
+	if opts.noReports {
+		acts.Temporal = failingReports{tc}
+	}
+	if opts.policy != nil {
+		acts.Policy = *opts.policy
+		s.cl.Policy = opts.policy
 	}
 	if opts.noWorker {
 		return s
@@ -366,7 +375,7 @@ func TestOwnershipHijack(t *testing.T) {
 		later.Access.Admins = []string{"UNEWADMIN"}
 		for _, c := range []string{"title the new admin's", "export"} {
 			got := handle(t, later, s.event(bot.KindCommand, thread, "UNEWADMIN", c))
-			if len(got) != 1 || got[0].Text != agentflow.ErrNotOwnerText || !got[0].Private {
+			if want := "O" + agentflow.ErrNotOwnerText[1:] + "."; len(got) != 1 || got[0].Text != want || !got[0].Private {
 				t.Errorf("a later admin's %q: answered %q, want the session's private refusal", c, texts(got))
 			}
 		}
@@ -432,7 +441,7 @@ func TestOwnershipHijack(t *testing.T) {
 			t.Errorf("root's %q: answered %q, want %q", c, texts(got), w)
 		}
 	}
-	if got := handle(t, r, s.event(bot.KindCommand, thread, root, "destroy")); len(got) != 1 || !strings.Contains(got[0].Text, "Destroyed") {
+	if got := handle(t, r, s.event(bot.KindCommand, thread, root, "destroy")); len(got) != 1 || !strings.Contains(got[0].Text, "Destroying this session") {
 		t.Fatalf("root's destroy: answered %q", texts(got))
 	}
 	// Replies in the thread hear that the session is gone (once its
@@ -455,19 +464,21 @@ func TestOwnershipHijack(t *testing.T) {
 		}
 		got = append(got, u.name+" by "+u.by)
 	}
-	wantUpdates := []string{"title by " + alice, "stop by " + alice, "switch by " + alice, "pause by " + alice,
+	wantUpdates := []string{"title by " + alice, "stop by " + alice, "switch by " + alice, "fork by " + alice, "pause by " + alice,
 		"title by " + root, "destroy by " + root}
 	if strings.Join(got, ", ") != strings.Join(wantUpdates, ", ") {
 		t.Errorf("the session received\n  %s\nwant\n  %s", strings.Join(got, ", "), strings.Join(wantUpdates, ", "))
 	}
-	var forks []string
+	// Every control request went through the manager, with who asked;
+	// bob's were refused there.
+	var asked []string
 	for _, u := range s.updates(t, agentflow.ManagerWorkflowID(thread)) {
-		if u.name == agentflow.ManagerUpdateFork {
-			forks = append(forks, u.by)
+		if u.name == agentflow.ManagerUpdateControl && u.by == alice {
+			asked = append(asked, u.by)
 		}
 	}
-	if len(forks) != 1 || forks[0] != alice {
-		t.Errorf("the manager's forks were asked by %q, want [%s]", forks, alice)
+	if len(asked) < 5 {
+		t.Errorf("the manager got %d control requests of alice's, want at least 5 (title, stop, switch, fork, done)", len(asked))
 	}
 	// The transcript query says who asks, so the session can refuse
 	// others (its one argument).
@@ -524,7 +535,7 @@ func TestOwnershipDeafThread(t *testing.T) {
 	// Destroy, then the thread says the session is gone, on a replica
 	// that never saw it.
 	if got := handle(t, s.router(t, store.NewMemoryCache()), s.event(bot.KindCommand, thread, alice, "destroy")); len(got) != 1 ||
-		!strings.Contains(got[0].Text, "Destroyed") {
+		!strings.Contains(got[0].Text, "Destroying this session") {
 		t.Fatalf("destroy: answered %q", texts(got))
 	}
 	waitUntil(t, "the destroyed session to end", func() bool {
@@ -544,4 +555,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// failingReports is the worker's Temporal client with every update-with-
+// start refused for good: an agent's reports (and registration) to its
+// session manager fail, while the manager can still hand requests over.
+type failingReports struct{ client.Client }
+
+func (failingReports) UpdateWithStartWorkflow(context.Context, client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return nil, temporal.NewNonRetryableApplicationError("reports to the session manager are switched off in this test", "Permanent", nil)
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -56,6 +58,8 @@ type Router struct {
 	Unavailable map[string]string
 	// Options are the settings of new sessions.
 	Options agentflow.AgentOptions
+	// Model is the worker's default model, for the model verb.
+	Model string
 	// WebUI is the Temporal Web UI's base URL (for status links); empty
 	// for none. Namespace is the Temporal namespace.
 	WebUI, Namespace string
@@ -220,7 +224,7 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 		}
 	}
 	in := r.newSession(ev, thread, "")
-	_, err := r.Sessions.Send(ctx, in, agentflow.MessageRequest{ID: ev.MessageID, Author: authorOf(ev), Text: ev.Text, Files: ev.Files})
+	_, err := r.Sessions.Send(ctx, in, agentflow.MessageRequest{ID: ev.MessageID, Author: authorOf(ev), User: ev.User, Text: ev.Text, Files: ev.Files})
 	if err != nil {
 		return nil, err
 	}
@@ -239,11 +243,12 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 // existing session keeps the input it started with. Admins are copied into
 // the session, which checks control requests against them itself.
 func (r *Router) newSession(ev Event, thread, backend string) agentflow.AgentInput {
-	if backend == "" {
+	defaulted := backend == ""
+	if defaulted {
 		backend = r.DefaultBackend
 	}
 	return agentflow.AgentInput{ThreadKey: thread, Backend: backend, Requester: ev.User,
-		Admins: slices.Clone(r.Access.Admins), Title: titleFrom(ev.Text), Options: r.Options}
+		Admins: slices.Clone(r.Access.Admins), Title: titleFrom(ev.Text), Options: r.Options, DefaultBackend: defaulted}
 }
 
 // titleFrom makes a session title of the first words of its first message.
@@ -275,7 +280,8 @@ func (r *Router) command(ctx context.Context, ev Event) (*Response, error) {
 		return &Response{Text: err.Error(), Private: true}, nil
 	}
 	thread := ev.ThreadKey
-	needsSession := cmd.Verb != VerbHelp && cmd.Verb != VerbBackends && cmd.Verb != VerbNew && cmd.Verb != VerbList
+	needsSession := cmd.Verb != VerbHelp && cmd.Verb != VerbBackends && cmd.Verb != VerbNew && cmd.Verb != VerbList &&
+		cmd.Verb != VerbPolicy && cmd.Verb != VerbAudit
 	if needsSession && thread == "" {
 		return &Response{Text: fmt.Sprintf("`%s` works inside a session's thread; there, say `@bot %s` or `!agent %s`.", cmd.Verb, cmd.Verb, cmd.Verb), Private: true}, nil
 	}
@@ -291,7 +297,10 @@ func (r *Router) command(ctx context.Context, ev Event) (*Response, error) {
 			return nil, agentflow.ErrDestroyed
 		}
 	}
-	if Controls(cmd.Verb) {
+	// Control verbs go to the tenant's session manager, which checks who
+	// asks (and the session checks again); export is a query the session
+	// answers only its owner and admins. Only export is checked here.
+	if cmd.Verb == VerbExport {
 		ok, err := r.mayControl(ctx, ev, thread)
 		if err != nil {
 			return nil, err
@@ -373,99 +382,108 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 	case VerbBackends:
 		return &Response{Text: r.backendsText(), Private: true}, nil
 	case VerbNew:
-		target := thread
-		if target == "" {
-			target = ev.NewThreadKey
-		}
-		if target == "" {
-			return nil, errors.New("no thread to start a session in")
-		}
-		in := r.newSession(ev, target, cmd.Backend)
-		if cmd.Title != "" {
-			in.Title = cmd.Title
-		}
-		v, err := cl.Start(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		r.remember(ctx, target, entryOf(v))
-		text := fmt.Sprintf("Session *%s* on `%s`. Tell me what to do.", v.Title, v.Backend)
-		if v.Waiting {
-			text += " (Queued: the agent is not running right now; it answers when it is back.)"
-		}
-		return &Response{Text: text, Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
-	// Switch, fork, done and reset wait for the running turn, which may
-	// take far longer than a platform gives a handler: they are answered
-	// as soon as the session accepted them, and the session posts how
+		return r.newCommand(ctx, ev, thread, cmd)
+	// Control verbs are updates on the tenant's session manager, which
+	// hands them to the session and answers once the session accepted
+	// them: switch, fork, done and reset may wait for the running turn,
+	// far longer than a platform gives a handler. The session posts how
 	// they went in the thread.
 	case VerbSwitch:
-		sub, err := cl.Submit(ctx, thread, agentflow.UpdateSwitch, requestID(ev, "switch"),
-			agentflow.SwitchRequest{Backend: cmd.Backend, Root: cmd.Root, By: ev.User, Notify: true})
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlSwitch, Backend: cmd.Backend, Root: cmd.Root})
 		if err != nil {
 			return nil, err
 		}
 		r.forget(ctx, thread)
-		return accepted(sub, fmt.Sprintf("Switching to `%s` after the current turn, if one is running; I'll say here when it's done.", cmd.Backend)), nil
+		return pending(res, fmt.Sprintf("Switching to `%s` after the current turn, if one is running; I'll say here when it's done.", cmd.Backend)), nil
 	case VerbFork:
-		sub, err := cl.SubmitFork(ctx, agentflow.ForkRequest{SourceThread: thread, Backend: cmd.Backend, Title: cmd.Title,
-			Requester: ev.User, RequestID: forkRequestID(ev), Notify: true})
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlFork, Backend: cmd.Backend, Title: cmd.Title})
 		if err != nil {
 			return nil, err
 		}
 		// The fork links itself in both threads.
-		return accepted(sub, "Forking after the current turn, if one is running; the new thread will be linked here."), nil
+		return pending(res, "Forking after the current turn, if one is running; the new thread will be linked here."), nil
 	case VerbReset:
-		sub, err := cl.Submit(ctx, thread, agentflow.UpdateReset, requestID(ev, "reset"),
-			agentflow.ResetRequest{By: ev.User, Notify: true})
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlReset})
 		if err != nil {
 			return nil, err
 		}
-		return accepted(sub, "Starting a fresh conversation after the current turn, if one is running."), nil
+		return pending(res, "Starting a fresh conversation after the current turn, if one is running."), nil
 	case VerbTitle:
-		v, err := cl.Title(ctx, thread, agentflow.TitleRequest{Title: cmd.Title, By: ev.User})
+		if _, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlTitle, Title: cmd.Title}); err != nil {
+			return nil, err
+		}
+		return &Response{Text: fmt.Sprintf("Renamed to *%s*.", cmd.Title)}, nil
+	case VerbModel:
+		if cmd.Model == "" {
+			v, err := cl.State(ctx, thread)
+			if err != nil {
+				return nil, err
+			}
+			return &Response{Text: r.modelText(ctx, thread, v), Private: true}, nil
+		}
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlModel, Model: cmd.Model})
 		if err != nil {
 			return nil, err
 		}
-		r.remember(ctx, thread, entryOf(v))
-		return &Response{Text: fmt.Sprintf("Renamed to *%s*.", v.Title)}, nil
+		return pending(res, fmt.Sprintf("Setting the model to `%s`.", cmd.Model)), nil
 	case VerbStop:
-		res, err := cl.Stop(ctx, thread, agentflow.StopRequest{By: ev.User})
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlStop})
 		if err != nil {
 			return nil, err
 		}
-		if !res.Stopped {
+		switch {
+		case res.Stop != nil && !res.Stop.Stopped:
 			return &Response{Text: "Nothing was running.", Private: true}, nil
+		case res.Stop != nil:
+			return &Response{Text: fmt.Sprintf("Stopped turn %d.", res.Stop.Turn)}, nil
 		}
-		return &Response{Text: fmt.Sprintf("Stopped turn %d.", res.Turn)}, nil
+		return nil, nil // the session says when the turn has stopped
 	case VerbDone:
-		sub, err := cl.Submit(ctx, thread, agentflow.UpdatePause, requestID(ev, "pause"),
-			agentflow.PauseRequest{By: ev.User, Notify: true})
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlPause})
 		if err != nil {
 			return nil, err
 		}
-		return accepted(sub, "Pausing after the current turn, if one is running; I'll say here when the workspace is saved."), nil
+		return pending(res, "Pausing after the current turn, if one is running; I'll say here when the workspace is saved."), nil
 	case VerbDestroy:
-		if _, err := cl.Destroy(ctx, thread, agentflow.DestroyRequest{By: ev.User}); err != nil {
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlDestroy})
+		if err != nil {
 			return nil, err
 		}
 		r.forget(ctx, thread)
-		return &Response{Text: "Destroyed: the sandbox and the session's data are deleted."}, nil
+		return pending(res, "Destroying this session: its sandbox and data are being deleted."), nil
+	case VerbPolicy:
+		key := cmp.Or(thread, ev.NewThreadKey)
+		res, err := r.control(ctx, ev, key, agentflow.ControlRequest{Verb: agentflow.ControlPolicy,
+			PolicyKey: cmd.PolicyKey, PolicyValue: cmd.PolicyValue, PolicyReset: cmd.PolicyAction == PolicyReset})
+		if err != nil {
+			return nil, err
+		}
+		text := "Policy of this workspace:\n"
+		if cmd.PolicyAction != "" {
+			text = "Policy changed. Now:\n"
+		}
+		if res.Policy != nil {
+			text += res.Policy.Text()
+		}
+		return &Response{Text: text, Private: true}, nil
+	case VerbAudit:
+		page, err := cl.Audit(ctx, cmp.Or(thread, ev.NewThreadKey), ev.User, cmd.Page)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Text: auditText(page), Private: true}, nil
 	case VerbStatus:
 		v, err := cl.State(ctx, thread)
 		if err != nil {
 			return nil, err
 		}
-		return &Response{Text: statusText(v), Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
+		text := statusText(v)
+		if u, err := cl.Usage(ctx, thread, ev.User); err == nil {
+			text += usageText(u)
+		}
+		return &Response{Text: text, Session: &v, WebUI: r.webUI(v.WorkflowID)}, nil
 	case VerbList:
-		key := thread
-		if key == "" {
-			key = ev.NewThreadKey
-		}
-		l, err := cl.List(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return &Response{Text: listText(l), Private: true}, nil
+		return r.listCommand(ctx, ev, thread, cmd)
 	case VerbExport:
 		t, err := cl.Transcript(ctx, thread, ev.User)
 		if err != nil {
@@ -476,14 +494,14 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 	return nil, fmt.Errorf("unknown command %q", cmd.Verb)
 }
 
-// accepted answers a submitted control request: what will happen, when the
-// session is still at it; nothing when it was done at once (the session
-// posts the outcome either way).
-func accepted(sub agentflow.Submission, pending string) *Response {
-	if sub == agentflow.Done {
+// pending answers a control request: what will happen, when the session
+// is still at it; nothing when it was done at once (the session posts the
+// outcome either way).
+func pending(res agentflow.ControlResult, text string) *Response {
+	if !res.Accepted {
 		return nil
 	}
-	return &Response{Text: pending}
+	return &Response{Text: text}
 }
 
 // requestID names a control request after the platform event that carried
@@ -515,6 +533,15 @@ func statusText(v agentflow.SessionView) string {
 		fmt.Fprintf(&b, " (sandbox `%s`)", shortID(v.SandboxID))
 	}
 	fmt.Fprintf(&b, "\nturn %d, %d queued, tokens %d in / %d out", v.Turn, v.Queued, v.Usage.InputTokens, v.Usage.OutputTokens)
+	if v.TokenBudget > 0 {
+		fmt.Fprintf(&b, " (%d of the session's budget of %d)", v.Usage.InputTokens+v.Usage.OutputTokens, v.TokenBudget)
+	}
+	if v.Model != "" {
+		fmt.Fprintf(&b, ", model `%s`", v.Model)
+	}
+	if v.QueuedBehind > 0 {
+		fmt.Fprintf(&b, "\nqueued behind %d sessions for a turn slot", v.QueuedBehind)
+	}
 	if v.Forks > 0 {
 		fmt.Fprintf(&b, ", %d forks", v.Forks)
 	}
@@ -539,17 +566,6 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
-}
-
-func listText(l []agentflow.SessionEntry) string {
-	if len(l) == 0 {
-		return "No sessions yet."
-	}
-	var b strings.Builder
-	for _, e := range l {
-		fmt.Fprintf(&b, "• %s *%s* — %s on `%s`\n", agentflow.LinkThread(e.ThreadKey), e.Title, e.Status, e.Backend)
-	}
-	return strings.TrimRight(b.String(), "\n")
 }
 
 func exportText(t []agentflow.TurnSummary) string {
@@ -763,7 +779,7 @@ func (r *Router) failure(ev Event, err error) *Response {
 	case errors.Is(err, agentflow.ErrNoSession):
 		return &Response{Text: "There is no session in this thread. Mention me with a task to start one.", Private: true}
 	case errors.As(err, &refused):
-		return &Response{Text: refused.Msg, Private: true}
+		return &Response{Text: sentence(refused.Msg), Private: true}
 	}
 	ref := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff)
 	r.log().Error("event failed", "ref", ref, "thread", ev.ThreadKey, "kind", ev.Kind, "error", err)
@@ -780,4 +796,18 @@ func (r *Router) log() *slog.Logger {
 		return r.Logger
 	}
 	return slog.Default()
+}
+
+// sentence makes a refusal ("only an admin can ...") a sentence.
+func sentence(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return s
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	s = string(unicode.ToUpper(r)) + s[n:]
+	if !strings.HasSuffix(s, ".") && !strings.HasSuffix(s, "!") && !strings.HasSuffix(s, "?") {
+		s += "."
+	}
+	return s
 }

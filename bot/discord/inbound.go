@@ -251,8 +251,10 @@ func (in *Inbound) app() string {
 }
 
 // Commands returns the /agent application command with one subcommand per
-// verb of the grammar, backend options offering backends as choices (at
-// most 25, Discord's limit).
+// verb of the grammar, and options for the verbs' arguments: backend
+// options offer backends as choices (at most 25, Discord's limit); the
+// policy action and the list scope offer the grammar's; pages are integers
+// from 1. commandText turns an invocation back into command text.
 func Commands(backends []string) []*discordgo.ApplicationCommand {
 	var choices []*discordgo.ApplicationCommandOptionChoice
 	for _, b := range backends {
@@ -268,16 +270,41 @@ func Commands(backends []string) []*discordgo.ApplicationCommand {
 	backend := func(required bool) *discordgo.ApplicationCommandOption {
 		return str("backend", "sandbox backend", required, choices, 0)
 	}
-	var verbChoices []*discordgo.ApplicationCommandOptionChoice
+	choicesOf := func(values ...string) []*discordgo.ApplicationCommandOptionChoice {
+		var ch []*discordgo.ApplicationCommandOptionChoice
+		for _, v := range values {
+			ch = append(ch, &discordgo.ApplicationCommandOptionChoice{Name: v, Value: v})
+		}
+		return ch
+	}
+	var verbs []string
 	for _, v := range bot.Verbs() {
-		verbChoices = append(verbChoices, &discordgo.ApplicationCommandOptionChoice{Name: string(v), Value: string(v)})
+		verbs = append(verbs, string(v))
+	}
+	page := func() *discordgo.ApplicationCommandOption {
+		minPage := 1.0
+		return &discordgo.ApplicationCommandOption{Type: discordgo.ApplicationCommandOptionInteger, Name: "page",
+			Description: "page to show, from 1 (the first)", MinValue: &minPage}
 	}
 	opts := map[bot.Verb][]*discordgo.ApplicationCommandOption{
 		bot.VerbNew:    {backend(false), str("title", "session title", false, nil, bot.MaxTitleRunes)},
 		bot.VerbSwitch: {backend(true), str("root", "workspace root, an absolute path (local backend)", false, nil, 0)},
 		bot.VerbFork:   {backend(false), str("title", "title of the fork", false, nil, bot.MaxTitleRunes)},
 		bot.VerbTitle:  {str("name", "new title", true, nil, bot.MaxTitleRunes)},
-		bot.VerbHelp:   {str("verb", "the command to explain", false, verbChoices, 0)},
+		bot.VerbModel:  {str("name", "model to use; leave out to see the current one", false, nil, bot.MaxModelLen)},
+		bot.VerbPolicy: {
+			str("action", "set a key, or reset one (or every key); leave out to see the policy", false,
+				choicesOf(bot.PolicySet, bot.PolicyReset), 0),
+			str("key", "policy key to set or reset", false, nil, bot.MaxPolicyKeyLen),
+			str("value", "value to set the key to", false, nil, bot.MaxPolicyValueRunes),
+		},
+		bot.VerbAudit: {page()},
+		bot.VerbList: {
+			str("scope", "mine: the sessions you started; all: every channel's (admins); default: this channel", false,
+				choicesOf(bot.ScopeMine, bot.ScopeAll), 0),
+			page(),
+		},
+		bot.VerbHelp: {str("verb", "the command to explain", false, choicesOf(verbs...), 0)},
 	}
 	var subs []*discordgo.ApplicationCommandOption
 	for _, v := range bot.Verbs() {

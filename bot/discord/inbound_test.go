@@ -116,6 +116,11 @@ func TestInboundStart(t *testing.T) {
 	if len(cmds) != 1 || cmds[0].Name != CommandName || cmds[0].GuildID != srv.Options().GuildID {
 		t.Fatalf("commands %+v", cmds)
 	}
+	// What was registered, as Discord stored it, is within its limits.
+	reg := checkLimits(t, cmds[0].Raw)
+	if opts := subOptions(t, reg, "list"); len(opts) != 2 || opts[0].Name != "scope" || opts[1].Name != "page" {
+		t.Errorf("list options %+v", opts)
+	}
 	var raw struct {
 		Options []struct {
 			Name    string
@@ -320,6 +325,36 @@ func TestInboundSlashCommand(t *testing.T) {
 		m, ok := srv.Message(responses(srv, inv, "followup")[0].MessageID)
 		if !ok || m.Flags&fakediscord.FlagEphemeral == 0 || !strings.Contains(m.Content, "no session") {
 			t.Fatalf("answer %+v", m)
+		}
+	})
+
+	// The options of the verbs that take them arrive as Discord sends
+	// them (integers as JSON numbers) and become the grammar's text.
+	t.Run("options", func(t *testing.T) {
+		tests := []struct {
+			name string
+			sub  fakediscord.Option
+			want string
+		}{
+			{"model", fakediscord.SubCommand("model", fakediscord.StringOption("name", "claude-sonnet-4.5")), "model claude-sonnet-4.5"},
+			{"policy set multi-word value", fakediscord.SubCommand("policy", fakediscord.StringOption("action", "set"),
+				fakediscord.StringOption("key", "models"), fakediscord.StringOption("value", "gpt-4o  claude-sonnet-4.5 ")),
+				"policy set models gpt-4o claude-sonnet-4.5"},
+			{"policy reset", fakediscord.SubCommand("policy", fakediscord.StringOption("action", "reset"),
+				fakediscord.StringOption("key", "max-turns")), "policy reset max-turns"},
+			{"audit page", fakediscord.SubCommand("audit", fakediscord.IntegerOption("page", 3)), "audit --page 3"},
+			{"list mine page", fakediscord.SubCommand("list", fakediscord.StringOption("scope", "mine"),
+				fakediscord.IntegerOption("page", 2)), "list --mine --page 2"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				srv.SlashCommand(ch, "42", nil, CommandName, tt.sub)
+				ev := rec.next(t)
+				cmd, err := bot.Parse(ev.Text, testBackends)
+				if err != nil || ev.Kind != bot.KindCommand || cmd.String() != tt.want {
+					t.Fatalf("event text %q (%v); want %q", ev.Text, err, tt.want)
+				}
+			})
 		}
 	})
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -144,7 +145,7 @@ func (in *Inbound) prepare(i *discordgo.Interaction) (prepared, bool) {
 	}
 	p.cmd, p.parsed = cmd, true
 	switch cmd.Verb {
-	case bot.VerbHelp, bot.VerbBackends, bot.VerbList:
+	case bot.VerbHelp, bot.VerbBackends, bot.VerbList, bot.VerbPolicy, bot.VerbAudit:
 		p.ephemeral = true
 	}
 	return p, true
@@ -161,15 +162,33 @@ func commandText(i *discordgo.Interaction) (string, bool) {
 		}
 		sub := data.Options[0]
 		opt := map[string]string{}
+		num := map[string]int{}
 		for _, o := range sub.Options {
-			if s, ok := o.Value.(string); ok {
-				opt[o.Name] = strings.TrimSpace(s)
+			switch v := o.Value.(type) {
+			case string:
+				opt[o.Name] = strings.TrimSpace(v)
+			case float64:
+				// An integer option, as a JSON number. Discord sends whole
+				// numbers within ±2^53; the check only keeps int() defined.
+				if v == math.Trunc(v) && math.Abs(v) <= 1<<53 {
+					num[o.Name] = int(v)
+				}
 			}
 		}
 		c := bot.Command{Verb: bot.Verb(sub.Name), Backend: opt["backend"], Root: opt["root"], Title: opt["title"],
 			Topic: bot.Verb(opt["verb"])}
-		if c.Verb == bot.VerbTitle {
+		switch c.Verb {
+		case bot.VerbTitle:
 			c.Title = opt["name"]
+		case bot.VerbModel:
+			c.Model = opt["name"]
+		case bot.VerbPolicy:
+			c.PolicyAction, c.PolicyKey, c.PolicyValue = opt["action"], opt["key"], opt["value"]
+			return policyText(c), true
+		case bot.VerbList:
+			c.Scope, c.Page = opt["scope"], num["page"]
+		case bot.VerbAudit:
+			c.Page = num["page"]
 		}
 		if !c.Verb.Valid() {
 			return "", false
@@ -192,6 +211,34 @@ func commandText(i *discordgo.Interaction) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// policyText is the text of "/agent policy" with c's action, key and value
+// options. Discord cannot make options depend on each other, so they need
+// not fit the action; where they do, the text is c.String(). Where they do
+// not, every option keeps its place in the grammar, an empty place before
+// a filled one written "", so that Parse refuses the command instead of
+// reading an option as another: a value given to reset must not make it
+// reset every key, a value given to set without a key must not lend its
+// first word as the key, and a key named "reset" given without an action
+// must not be taken for the action.
+func policyText(c bot.Command) string {
+	a, k, v := c.PolicyAction, c.PolicyKey, c.PolicyValue
+	if (a == bot.PolicySet && k != "") || (v == "" && (a != "" || k == "")) {
+		return c.String()
+	}
+	// Each word quoted as String quotes it, so Parse reads it back as is.
+	word := func(w string) string {
+		if w == "" {
+			return `""`
+		}
+		return strings.TrimPrefix(bot.Command{Verb: bot.VerbModel, Model: w}.String(), string(bot.VerbModel)+" ")
+	}
+	parts := []string{string(bot.VerbPolicy), word(a), word(k)}
+	if v != "" {
+		parts = append(parts, strings.TrimPrefix(bot.Command{Verb: bot.VerbTitle, Title: v}.String(), string(bot.VerbTitle)+" "))
+	}
+	return strings.Join(parts, " ")
 }
 
 // handleInteraction makes the event of an acknowledged interaction and

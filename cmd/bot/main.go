@@ -213,8 +213,11 @@ func run(environ []string) error {
 	}
 	defer cache.Close()
 	access := bot.Access{Users: cfg.AllowedUsers, Channels: cfg.AllowedChannels, Roles: cfg.AllowedRoles, Admins: cfg.Admins}
+	sessions := agentflow.NewClient(tc)
+	policy := cfg.TenantPolicy()
+	sessions.Policy = &policy
 	router := &bot.Router{
-		Sessions: agentflow.NewClient(tc), Cache: cache, Access: access, Backends: backends, Unavailable: unavailable, DefaultBackend: cfg.DefaultBackend,
+		Sessions: sessions, Model: cfg.Model, Cache: cache, Access: access, Backends: backends, Unavailable: unavailable, DefaultBackend: cfg.DefaultBackend,
 		Options: agentflow.AgentOptions{
 			MaxSteps: cfg.MaxSteps, IdleTimeout: cfg.IdleTimeout, ToolTimeout: cfg.ToolTimeout,
 		},

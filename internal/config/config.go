@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentbot/agentbot/agentflow"
 )
 
 // Config is the whole configuration of the bot and the worker.
@@ -137,6 +139,17 @@ type Config struct {
 	Admins          []string
 	AllowEveryone   bool
 
+	// The tenants' policy as configured: each tenant's session manager
+	// starts from it, and admins change keys of it with the policy verb
+	// (see agentflow.TenantPolicy). Zero: no limit; empty lists: all.
+	PolicyBackends     []string
+	MaxSessions        int64
+	MaxSessionsPerUser int64
+	MaxRunningTurns    int64
+	SessionTokens      int64
+	UserTokensPerDay   int64
+	Models             []string
+
 	LogLevel slog.Level
 	// LogFormat is "text" or "json".
 	LogFormat string
@@ -216,7 +229,14 @@ var Vars = []Var{
 	{"AGENTBOT_ALLOWED_CHANNELS", "(every channel)", "comma-separated channel IDs the bot answers in"},
 	{"AGENTBOT_ALLOWED_ROLES", "(any role)", "comma-separated Discord role IDs allowed"},
 	{"AGENTBOT_ALLOW_EVERYONE", "false", "true: serve Slack or Discord with no allowlist, to every member of the workspace or server"},
-	{"AGENTBOT_ADMINS", "(none)", "comma-separated user IDs who may control any session"},
+	{"AGENTBOT_ADMINS", "(none)", "comma-separated user IDs who may control any session, change the policy and read the audit log"},
+	{"AGENTBOT_POLICY_BACKENDS", "(every backend that runs)", "policy: comma-separated backends sessions may use"},
+	{"AGENTBOT_MAX_SESSIONS", "0 (no limit)", "policy: live sessions per tenant (Slack team, Discord server)"},
+	{"AGENTBOT_MAX_SESSIONS_PER_USER", "0 (no limit)", "policy: live sessions one person may own in a tenant"},
+	{"AGENTBOT_MAX_RUNNING_TURNS", "0 (no limit)", "policy: turns running at once in a tenant; more wait in order"},
+	{"AGENTBOT_SESSION_TOKENS", "0 (no limit)", "policy: token budget of one session"},
+	{"AGENTBOT_USER_TOKENS_PER_DAY", "0 (no limit)", "policy: tokens one person may use per UTC day in a tenant"},
+	{"AGENTBOT_MODELS", "(the default model only)", "policy: comma-separated models a session may be set to (model verb), besides AGENTBOT_MODEL"},
 	{"AGENTBOT_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"AGENTBOT_LOG_FORMAT", "text", "text or json (one JSON object a line, fixed keys; the chart's default)"},
 	{"AGENTBOT_METRICS_ADDR", "(off)", "listen address of /metrics (Prometheus text format), e.g. :9090; the same as AGENTBOT_HTTP_ADDR shares that server"},
@@ -362,6 +382,13 @@ func Load(environ []string) (Config, error) {
 		AllowedChannels:    list(get("AGENTBOT_ALLOWED_CHANNELS", "")),
 		AllowedRoles:       list(get("AGENTBOT_ALLOWED_ROLES", "")),
 		Admins:             list(get("AGENTBOT_ADMINS", "")),
+		PolicyBackends:     list(get("AGENTBOT_POLICY_BACKENDS", "")),
+		MaxSessions:        num("AGENTBOT_MAX_SESSIONS", 0),
+		MaxSessionsPerUser: num("AGENTBOT_MAX_SESSIONS_PER_USER", 0),
+		MaxRunningTurns:    num("AGENTBOT_MAX_RUNNING_TURNS", 0),
+		SessionTokens:      num("AGENTBOT_SESSION_TOKENS", 0),
+		UserTokensPerDay:   num("AGENTBOT_USER_TOKENS_PER_DAY", 0),
+		Models:             list(get("AGENTBOT_MODELS", "")),
 		AllowEveryone:      boolean("AGENTBOT_ALLOW_EVERYONE"),
 		LogFormat:          get("AGENTBOT_LOG_FORMAT", "text"),
 		MetricsAddr:        get("AGENTBOT_METRICS_ADDR", ""),
@@ -438,6 +465,12 @@ func (c Config) Validate() error {
 	}
 	if c.Model == "" {
 		errs = append(errs, errors.New("model name is empty"))
+	}
+	for k, n := range map[string]int64{"AGENTBOT_MAX_SESSIONS": c.MaxSessions, "AGENTBOT_MAX_SESSIONS_PER_USER": c.MaxSessionsPerUser,
+		"AGENTBOT_MAX_RUNNING_TURNS": c.MaxRunningTurns, "AGENTBOT_SESSION_TOKENS": c.SessionTokens, "AGENTBOT_USER_TOKENS_PER_DAY": c.UserTokensPerDay} {
+		if n < 0 || (n > 1<<30 && k != "AGENTBOT_SESSION_TOKENS" && k != "AGENTBOT_USER_TOKENS_PER_DAY") {
+			errs = append(errs, fmt.Errorf("%s=%d: want 0 (no limit) or a positive number", k, n))
+		}
 	}
 	if c.MaxSteps < 1 || c.MaxSteps > 200 {
 		errs = append(errs, fmt.Errorf("max steps %d: want 1 to 200", c.MaxSteps))
@@ -623,4 +656,14 @@ func Table() string {
 		fmt.Fprintf(&b, "  %-26s %s\n  %-26s   default: %s\n", v.Name, v.Help, "", v.Default)
 	}
 	return b.String()
+}
+
+// TenantPolicy is the configured policy of every tenant: the base its
+// session manager starts from.
+func (c Config) TenantPolicy() agentflow.TenantPolicy {
+	return agentflow.TenantPolicy{
+		Admins: slices.Clone(c.Admins), Backends: slices.Clone(c.PolicyBackends),
+		MaxSessions: int(c.MaxSessions), MaxSessionsPerUser: int(c.MaxSessionsPerUser), MaxRunningTurns: int(c.MaxRunningTurns),
+		SessionTokens: c.SessionTokens, UserTokensPerDay: c.UserTokensPerDay, Models: slices.Clone(c.Models),
+	}
 }

@@ -109,6 +109,11 @@ func Logger() quietLogger { return quietLogger{} }
 // detector on two loaded cores, where a workflow task can be kept off the CPU
 // for longer than the SDK's default deadlock detection (1 s) allows; the
 // workflow code never blocks, so the detector would only report the load.
+// For the same reason a sticky workflow task may wait longer than the
+// default 5 s for the worker: the server would then hand it to the normal
+// queue, the worker would fetch the whole history, and a history with an
+// update's speculative workflow task in it comes back short ("premature
+// end of stream", temporalio/temporal#7741), failing the task.
 func WorkerOptions() worker.Options {
-	return worker.Options{DeadlockDetectionTimeout: 15 * time.Second}
+	return worker.Options{DeadlockDetectionTimeout: 15 * time.Second, StickyScheduleToStartTimeout: 30 * time.Second}
 }
