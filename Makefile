@@ -21,9 +21,11 @@ reliability:
 	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
 		go test -race -count=1 -v -timeout 90m ./reliability/ -runs=20
 
-# long: the long-session measurement (agentflow's TestLongSession) at 600
-# turns; make test runs it at 120.
+# long: agentflow's long runs at full size: TestLongSession at 600 turns
+# (make test: 120) and TestManagerControlLoad at 5,000 control requests,
+# 100 at once (make test: 500).
 long:
 	scripts/setup.sh --test
 	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
-		go test -race -count=1 -v -timeout 60m -run '^TestLongSession$$' ./agentflow/ -long-turns=600
+		go test -race -count=1 -v -timeout 90m -run '^(TestLongSession|TestManagerControlLoad)$$' ./agentflow/ \
+		-long-turns=600 -control-requests=5000

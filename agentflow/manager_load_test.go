@@ -14,13 +14,20 @@ import (
 	"github.com/agentbot/agentbot/agentflow"
 )
 
-// TestManagerControlLoad sends 5,000 control requests to one tenant's
-// session manager, 100 at once (Temporal takes 10 updates in flight per
+// TestManagerControlLoad sends -control-requests control requests (500;
+// make long: 5,000) to one tenant's session manager, 100 at once (Temporal takes 10 updates in flight per
 // workflow: the rest wait and are retried): every request is answered,
 // the ones handed to the session too, and the manager's history stays
 // bounded — it continues as new, each run's history and carried input stay
 // small, and its audit log moves to the blob store past its bound.
-var controlRequests = flag.Int("control-requests", 5000, "control requests of TestManagerControlLoad")
+// controlRequests is how many control requests TestManagerControlLoad
+// sends: 500 in make test, 5,000 in make long. Past a few hundred the
+// figure measures the dev server more than the manager: each
+// continue-as-new under a stream of updates meets a known server defect
+// (temporalio/temporal#7741: a history fetched after the worker lost its
+// cache lacks the update's speculative workflow task, "premature end of
+// stream"), which fails and retries workflow tasks for a while.
+var controlRequests = flag.Int("control-requests", 500, "control requests of TestManagerControlLoad")
 
 func TestManagerControlLoad(t *testing.T) {
 	requests := int64(*controlRequests)
@@ -85,10 +92,14 @@ func TestManagerControlLoad(t *testing.T) {
 		t.Fatalf("the manager ran in %d runs for %d requests; it must continue as new", len(runs), requests)
 	}
 	for i, run := range runs {
-		size := 0
+		size, accepted := 0, 0
 		for _, ev := range run {
 			size += proto.Size(ev)
+			if ev.GetWorkflowExecutionUpdateAcceptedEventAttributes() != nil {
+				accepted++
+			}
 		}
+		t.Logf("run %d: %d updates; ends with %s", i+1, accepted, run[len(run)-1].GetEventType())
 		input := proto.Size(run[0])
 		t.Logf("run %d: %d events, %d KB, input %d KB", i+1, len(run), size>>10, input>>10)
 		if len(run) > 15000 || size > 8<<20 {

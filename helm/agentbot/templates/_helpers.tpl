@@ -200,6 +200,20 @@ NO_PROXY: {{ . | quote }}
 {{- if $v.trustedCA.configMapName }}
 SSL_CERT_FILE: "/etc/agentbot/ca/ca-certificates.crt"
 {{- end }}
+{{- with $v.access.admins }}
+AGENTBOT_ADMINS: {{ join "," . | quote }}
+{{- end }}
+{{- with $v.policy.backends }}
+AGENTBOT_POLICY_BACKENDS: {{ join "," . | quote }}
+{{- end }}
+{{- with $v.policy.models }}
+AGENTBOT_MODELS: {{ join "," . | quote }}
+{{- end }}
+{{- range $key, $env := dict "maxSessions" "AGENTBOT_MAX_SESSIONS" "maxSessionsPerUser" "AGENTBOT_MAX_SESSIONS_PER_USER" "maxRunningTurns" "AGENTBOT_MAX_RUNNING_TURNS" "sessionTokens" "AGENTBOT_SESSION_TOKENS" "userTokensPerDay" "AGENTBOT_USER_TOKENS_PER_DAY" }}
+{{- with index $v.policy $key }}
+{{ $env }}: {{ . | int64 | toString | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -237,9 +251,6 @@ AGENTBOT_ALLOWED_CHANNELS: {{ join "," . | quote }}
 {{- end }}
 {{- with $v.access.allowedRoles }}
 AGENTBOT_ALLOWED_ROLES: {{ join "," . | quote }}
-{{- end }}
-{{- with $v.access.admins }}
-AGENTBOT_ADMINS: {{ join "," . | quote }}
 {{- end }}
 {{- if $v.access.allowEveryone }}
 AGENTBOT_ALLOW_EVERYONE: "true"
