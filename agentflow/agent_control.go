@@ -287,19 +287,7 @@ func (w *agent) fork(ctx workflow.Context, r ForkRequest) (ForkResult, error) {
 	if backend == "" {
 		backend = w.Backend
 	}
-	title := r.Title
-	switch {
-	case title != "":
-	case backend != w.Backend:
-		title = fmt.Sprintf("%s [%s]", w.Title, backend)
-	default:
-		title = fmt.Sprintf("%s (fork #%d)", w.Title, w.Forks+1)
-	}
-	if t, err := cleanTitle(title); err == nil {
-		title = t
-	} else {
-		title = cut(title, MaxTitleRunes)
-	}
+	title := forkTitle(r.Title, w.Title, w.Backend, backend, w.Forks+1)
 	var a *Activities
 	var thread string
 	if err := workflow.ExecuteActivity(deliverCtx(ctx), a.OpenForkThread,

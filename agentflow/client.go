@@ -153,12 +153,8 @@ func (c *Client) SendAndWait(ctx context.Context, start AgentInput, m MessageReq
 // returns. The state is then asked for a moment (a query needs a worker);
 // if no worker answers, the view is made from in and Waiting is set.
 func (c *Client) Start(ctx context.Context, in AgentInput) (SessionView, error) {
-	if _, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: AgentWorkflowID(in.ThreadKey), TaskQueue: TaskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}, AgentWorkflowName, in); err != nil {
-		return SessionView{}, c.translate(err)
+	if err := c.start(ctx, in); err != nil {
+		return SessionView{}, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, startQueryWait)
 	defer cancel()
@@ -176,14 +172,21 @@ func (c *Client) Start(ctx context.Context, in AgentInput) (SessionView, error) 
 // starts the session and returns its view from in, Waiting set, without
 // asking the session.
 func (c *Client) StartWaiting(ctx context.Context, in AgentInput) (SessionView, error) {
-	if _, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	if err := c.start(ctx, in); err != nil {
+		return SessionView{}, err
+	}
+	return waitingView(in), nil
+}
+
+// start starts the session's workflow; one that runs is kept as it is, a
+// destroyed one is never started again.
+func (c *Client) start(ctx context.Context, in AgentInput) error {
+	_, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: AgentWorkflowID(in.ThreadKey), TaskQueue: TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}, AgentWorkflowName, in); err != nil {
-		return SessionView{}, c.translate(err)
-	}
-	return waitingView(in), nil
+	}, AgentWorkflowName, in)
+	return c.translate(err)
 }
 
 func waitingView(in AgentInput) SessionView {

@@ -44,23 +44,11 @@ func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (res 
 	if backend == "" {
 		backend = src.Backend
 	}
-	title := r.Title
-	switch {
-	case title != "":
-	case backend != src.Backend:
-		title = fmt.Sprintf("%s [%s]", src.Title, backend)
-	default:
-		n := in.Number
-		if n == 0 { // the manager's window did not know the source
-			n = src.Forks + 1
-		}
-		title = fmt.Sprintf("%s (fork #%d)", src.Title, n)
+	n := in.Number
+	if n == 0 { // the manager's window did not know the source
+		n = src.Forks + 1
 	}
-	if t, err := cleanTitle(title); err == nil {
-		title = t
-	} else {
-		title = cut(title, MaxTitleRunes)
-	}
+	title := forkTitle(r.Title, src.Title, src.Backend, backend, n)
 
 	thread, err := creator.CreateThread(ctx, r.SourceThread, title, r.RequestID)
 	if err != nil {
@@ -107,3 +95,20 @@ func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (res 
 // LinkThread is how a thread is named in a message: a token "<thread:KEY>"
 // that each chat platform's sender turns into a link.
 func LinkThread(threadKey string) string { return "<thread:" + threadKey + ">" }
+
+// forkTitle is the title of a fork: the one asked for, else the source's
+// with the new backend or the fork's number.
+func forkTitle(asked, srcTitle, srcBackend, backend string, n int) string {
+	title := asked
+	switch {
+	case title != "":
+	case backend != srcBackend:
+		title = fmt.Sprintf("%s [%s]", srcTitle, backend)
+	default:
+		title = fmt.Sprintf("%s (fork #%d)", srcTitle, n)
+	}
+	if t, err := cleanTitle(title); err == nil {
+		return t
+	}
+	return cut(title, MaxTitleRunes)
+}
