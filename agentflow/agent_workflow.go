@@ -614,7 +614,7 @@ func (w *agent) admit(ctx workflow.Context, m MessageRequest) MessageResult {
 		return res
 	}
 	w.MsgSeq++
-	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq, Files: m.Files, Trace: m.Trace})
+	w.Queue = append(w.Queue, QueuedMessage{ID: m.ID, Author: m.Author, User: m.User, Text: m.Text, At: workflow.Now(ctx), Seq: w.MsgSeq, Files: m.Files, Trace: m.Trace})
 	w.Seen = append(w.Seen, SeenMessage{ID: m.ID})
 	if len(w.Seen) > maxSeen {
 		w.Seen = w.Seen[len(w.Seen)-maxSeen:]

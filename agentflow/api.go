@@ -562,6 +562,9 @@ const (
 	// first turn; turns ask for a slot when the policy limits them across
 	// sessions; the memo records when the session was last active.
 	changeAdmission = "admission"
+	// changePolicyDelivery: a policy change is answered once the sessions
+	// received it (or after policyDeliveryWait), not at once.
+	changePolicyDelivery = "policy-delivery"
 )
 
 // MemoSession is the memo field of an AgentWorkflow that holds its

@@ -354,33 +354,58 @@ func (m *manager) policyVerb(ctx workflow.Context, r ControlRequest, p TenantPol
 		m.Overrides = append(m.Overrides, PolicyOverride{Key: r.PolicyKey, Value: next.Get(r.PolicyKey), By: r.By})
 	}
 	np := m.effective()
-	m.broadcast(ctx)
+	sent := m.broadcast(ctx)
 	m.promote(ctx)
+	// Answer once the sessions have the new policy in their histories (a
+	// request that follows is then checked against it), or after a few
+	// seconds for a large tenant: the rest get it all the same.
+	if workflow.GetVersion(ctx, changePolicyDelivery, workflow.DefaultVersion, 1) >= 1 {
+		if _, err := workflow.AwaitWithTimeout(ctx, policyDeliveryWait, func() bool { return *sent == 0 }); err != nil {
+			return ControlResult{}, err
+		}
+	}
 	return ControlResult{Policy: &np}, nil
 }
 
+// policyDeliveryWait bounds how long a policy change waits for the
+// sessions to receive it.
+const policyDeliveryWait = 5 * time.Second
+
 // broadcast sends the policy in force to every live session the registry
-// holds. The signals go out in the background; the run continues as new
-// only once all were sent.
-func (m *manager) broadcast(ctx workflow.Context) {
+// holds. The signals go out in the background (the run continues as new
+// only once all were sent); the count it returns falls to zero when every
+// one was delivered or failed.
+func (m *manager) broadcast(ctx workflow.Context) *int {
 	p := m.effective()
+	pending := new(int)
 	for _, e := range m.Sessions {
 		if e.Status == StatusDestroyed {
 			continue
 		}
-		m.signal(ctx, e.WorkflowID, SignalPolicy, p)
+		*pending++
+		m.signalThen(ctx, e.WorkflowID, SignalPolicy, p, func() { *pending-- })
 	}
+	return pending
 }
 
 // signal sends a signal to a session without waiting for it; a session
 // that ended is no error.
 func (m *manager) signal(ctx workflow.Context, workflowID, name string, arg any) {
+	m.signalThen(ctx, workflowID, name, arg, nil)
+}
+
+// signalThen is signal, calling done (if not nil) once the signal was
+// delivered or failed.
+func (m *manager) signalThen(ctx workflow.Context, workflowID, name string, arg any, done func()) {
 	f := workflow.SignalExternalWorkflow(ctx, workflowID, "", name, arg)
 	m.signalling++
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		defer func() { m.signalling-- }()
 		if err := f.Get(ctx, nil); err != nil {
 			workflow.GetLogger(ctx).Debug("signalling a session failed", "workflow_id", workflowID, "signal", name, "error", err)
+		}
+		if done != nil {
+			done()
 		}
 	})
 }

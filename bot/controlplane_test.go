@@ -157,7 +157,9 @@ func TestControlPlane(t *testing.T) {
 	// Models: only the allowed ones; a fork inherits the session's.
 	mustSay("model not allowed", command(thread, alice, "model big-model"), "model `big-model` is not allowed in this workspace")
 	command(thread, root, "policy set models big-model,small-model")
-	command(thread, alice, "model small-model")
+	if got := command(thread, alice, "model small-model"); strings.Contains(got, "not allowed") {
+		t.Fatalf("model small-model after the policy allowed it: %s", got)
+	}
 	waitUntil(t, "the model", func() bool { return s.state(t, thread).Model == "small-model" })
 	mustSay("model shown", command(thread, alice, "model"), "Model: `small-model`", "big-model, small-model")
 	mustSay("status shows the model", command(thread, alice, "status"), "model `small-model`")
@@ -209,8 +211,9 @@ func TestControlPlane(t *testing.T) {
 		p, _ := s.cl.Describe(ctx, fork2)
 		return p == agentflow.PresenceEnded
 	})
-	audit := command(thread, root, "audit")
-	mustSay("audit", audit, "`destroy`", "`policy` session-tokens="+itoa(budget), "refused: only the person who started", "<@"+bob+">")
+	mustSay("audit", command(thread, root, "audit"), "Audit log, newest first (page 1 of 2)", "`destroy`", "`policy` session-tokens="+itoa(budget),
+		"`model` big-model in <thread:term:cp-main> — refused: the model `big-model` is not allowed", "`audit --page 2`")
+	mustSay("audit page 2", command(thread, root, "audit --page 2"), "<@"+bob+"> `switch` local /tmp in <thread:term:cp-main> — refused: only the person who started")
 	mustSay("alice's audit", command(thread, alice, "audit"), "Only an admin can read the audit log")
 }
 
