@@ -55,7 +55,7 @@ func (c *Client) control(ctx context.Context, platform, tenant string, r Control
 	// The manager usually runs: a plain update. Only a tenant without one
 	// needs update-with-start.
 	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: ManagerWorkflowID(r.Thread), UpdateName: ManagerUpdateControl, UpdateID: "ctl/" + r.RequestID,
+		WorkflowID: ManagerWorkflowID(r.Thread), UpdateName: ManagerUpdateControl, UpdateID: controlUpdateID(r),
 		Args: []any{r}, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	var notFound *serviceerror.NotFound
@@ -78,7 +78,7 @@ func (c *Client) control(ctx context.Context, platform, tenant string, r Control
 	h, err = c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: ManagerUpdateControl, UpdateID: "ctl/" + r.RequestID, Args: []any{r},
+			UpdateName: ManagerUpdateControl, UpdateID: controlUpdateID(r), Args: []any{r},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
@@ -124,4 +124,11 @@ func (c *Client) Usage(ctx context.Context, threadKey, user string) (UsageView, 
 		return UsageView{User: user}, nil
 	}
 	return u, err
+}
+
+// controlUpdateID names the update of a control request: the request ID
+// (a platform's event) in its thread, so that a retry is the same update
+// and the same event ID in another thread is another request.
+func controlUpdateID(r ControlRequest) string {
+	return "ctl/" + r.Thread + "/" + r.RequestID
 }

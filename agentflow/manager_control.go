@@ -100,7 +100,7 @@ func (m *manager) control(ctx workflow.Context, r ControlRequest) (ControlResult
 		m.syncConfig(ctx, *r.Config)
 	}
 	for i := len(m.Audit) - 1; i >= 0; i-- {
-		if a := m.Audit[i]; a.RequestID == r.RequestID {
+		if a := m.Audit[i]; a.RequestID == r.RequestID && a.Thread == r.Thread && a.Verb == r.Verb {
 			// A repeated request (a platform's retry in a later run): the
 			// first answer stands.
 			if a.Outcome == AuditRefused {
