@@ -86,6 +86,7 @@ func Run(t *testing.T, h Harness) {
 		{"SnapshotSkips", s.testSnapshotSkips},
 		{"SnapshotReadOnlyDir", s.testSnapshotReadOnlyDir},
 		{"SnapshotLeavesOutOutputs", s.testSnapshotLeavesOutOutputs},
+		{"Fingerprint", s.testFingerprint},
 		{"RestoreRefusesUnsafe", s.testRestoreUnsafe},
 		{"RestoreRefusesCorrupt", s.testRestoreCorrupt},
 		{"AttachAfterExit", s.testAttachAfterExit},
