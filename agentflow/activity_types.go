@@ -57,6 +57,10 @@ type SnapshotInput struct {
 	// Previous, when set, is the snapshot this one replaces; it is deleted
 	// once the new one is written.
 	Previous string `json:"previous,omitempty"`
+	// Fingerprint, when set, is the workspace's fingerprint when Previous
+	// was taken (SnapshotResult.Fingerprint): a workspace that still has
+	// it is not written again.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // SnapshotResult describes a snapshot written to the blob store.
@@ -64,6 +68,14 @@ type SnapshotResult struct {
 	Key  string                 `json:"key"`
 	Size int64                  `json:"size"`
 	Info sandboxes.SnapshotInfo `json:"info"`
+	// Unchanged says the workspace still had SnapshotInput.Fingerprint:
+	// nothing was written and Key is SnapshotInput.Previous.
+	Unchanged bool `json:"unchanged,omitempty"`
+	// Fingerprint is the workspace's fingerprint, taken before the
+	// snapshot was (so a change made while it was written shows as one
+	// next time), prefixed with the sandbox's ID: fingerprints of two
+	// sandboxes never compare equal. Empty when the backend has none.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // SandboxInput names a sandbox to stop or destroy.
@@ -177,6 +189,11 @@ type Outbound struct {
 	Status TurnStatus   `json:"status,omitempty"`
 	// Final marks the last edit of a progress message.
 	Final bool `json:"final,omitempty"`
+	// MessageIDs are, on an answer, the IDs of the user messages the turn
+	// answered: an adapter whose sender runs in its own process (the
+	// terminal of the embedded default) learns from them that a message
+	// was answered, with no query.
+	MessageIDs []string `json:"message_ids,omitempty"`
 }
 
 // ImportInput asks for shared files to be copied into a sandbox.

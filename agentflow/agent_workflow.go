@@ -49,7 +49,10 @@ type agent struct {
 	// lanes says this run sends answers apart from progress and titles
 	// (answers, chatter); runs before that send all through one FIFO
 	// (outbox, sending).
-	lanes                         bool
+	lanes bool
+	// localDeliver: the outbox sends through local activities
+	// (changeLocalDelivery).
+	localDeliver                  bool
 	answers, progressLane, titles lane
 	// postedProgress holds the progress messages of this run posted at
 	// least once; progressSending the one being sent.
@@ -907,7 +910,7 @@ func (w *agent) view() SessionView {
 		v.QueuedBehind = w.slot.Behind
 	}
 	if w.Sandbox != nil {
-		v.SandboxID = w.Sandbox.ID
+		v.SandboxID, v.SandboxUp = w.Sandbox.ID, w.SandboxUp
 		if v.Root == "" {
 			v.Root = w.Sandbox.Root
 		}
@@ -1056,10 +1059,13 @@ func (w *agent) snapshot(ctx workflow.Context) error {
 	}
 	var res SnapshotResult
 	if err := workflow.ExecuteActivity(sandboxCtx(ctx, 30*time.Minute), a.SnapshotSandbox,
-		SnapshotInput{State: *w.Sandbox, Key: key, Previous: w.SnapshotKey}).Get(ctx, &res); err != nil {
+		SnapshotInput{State: *w.Sandbox, Key: key, Previous: w.SnapshotKey, Fingerprint: w.SnapshotFingerprint}).Get(ctx, &res); err != nil {
 		return err
 	}
-	w.SnapshotKey, w.SnapshotGen, w.Dirty = key, gen, false
+	w.Dirty, w.SnapshotFingerprint = false, res.Fingerprint
+	if !res.Unchanged {
+		w.SnapshotKey, w.SnapshotGen = key, gen
+	}
 	return nil
 }
 
@@ -1231,7 +1237,8 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	}
 	res.Answer = preview(answer, MaxResultAnswer)
 	// Keep the workspace recoverable: losing the sandbox between turns
-	// costs at most this turn's changes.
+	// costs at most this turn's changes. The snapshot is skipped when the
+	// workspace's fingerprint did not change (SnapshotSandbox).
 	if w.Dirty && w.Sandbox != nil && w.SandboxUp && !w.destroying {
 		if err := w.snapshot(ctx); err != nil {
 			w.logger.Warn("snapshot after turn failed", "turn", turn, "error", err)
@@ -1250,7 +1257,8 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		"backend", w.Backend, "sandbox_id", w.sandboxID())
 	w.progress(ctx, turn, res.Status, true)
 	if !w.destroying {
-		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status})
+		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status,
+			MessageIDs: res.MessageIDs})
 	}
 }
 
@@ -1517,6 +1525,7 @@ func (l *lane) idle() bool { return len(l.queue) == 0 && !l.sending }
 // they had.
 func (w *agent) startOutbox(ctx workflow.Context) {
 	w.lanes = workflow.GetVersion(ctx, changeOutboxLanes, workflow.DefaultVersion, 1) >= 1
+	w.localDeliver = w.lanes && workflow.GetVersion(ctx, changeLocalDelivery, workflow.DefaultVersion, 1) >= 1
 	if !w.lanes {
 		w.startFIFO(ctx)
 		return
@@ -1609,10 +1618,21 @@ const (
 	maxUndeliveredPreview = 600
 )
 
+// send delivers m: since changeLocalDelivery as a local activity, which
+// runs in the worker as soon as the workflow task asks for it, with no
+// round trip through the server's task queue (an answer reaches the chat
+// one task sooner, and a turn costs the server fewer tasks); retried like
+// the activity it replaces, and recorded in the history all the same.
 func (w *agent) send(ctx workflow.Context, m Outbound) error {
+	if w.localDeliver {
+		return workflow.ExecuteLocalActivity(localDeliverCtx(ctx), deliverActivity, m).Get(ctx, nil)
+	}
 	var a *Activities
 	return workflow.ExecuteActivity(deliverCtx(ctx), a.Deliver, m).Get(ctx, nil)
 }
+
+// deliverActivity is the name Activities.Deliver is registered under.
+const deliverActivity = "Deliver"
 
 // undeliveredNotice tells the thread about answers that could not be
 // posted, before the answer of turn.

@@ -413,23 +413,26 @@ type ToolStatus struct {
 
 // SessionView is the answer of QueryState.
 type SessionView struct {
-	ThreadKey  string        `json:"thread_key"`
-	WorkflowID string        `json:"workflow_id"`
-	Title      string        `json:"title"`
-	Backend    string        `json:"backend"`
-	Root       string        `json:"root,omitempty"`
-	SandboxID  string        `json:"sandbox_id,omitempty"`
-	Status     SessionStatus `json:"status"`
-	Turn       int           `json:"turn"`
-	Queued     int           `json:"queued"`
-	Tools      []ToolStatus  `json:"tools,omitempty"`
-	Usage      llm.Usage     `json:"usage"`
-	Forks      int           `json:"forks"`
-	Parent     string        `json:"parent,omitempty"`
-	Requester  string        `json:"requester,omitempty"`
-	Created    time.Time     `json:"created"`
-	LastError  string        `json:"last_error,omitempty"`
-	Snapshot   string        `json:"snapshot,omitempty"`
+	ThreadKey  string `json:"thread_key"`
+	WorkflowID string `json:"workflow_id"`
+	Title      string `json:"title"`
+	Backend    string `json:"backend"`
+	Root       string `json:"root,omitempty"`
+	SandboxID  string `json:"sandbox_id,omitempty"`
+	// SandboxUp says the sandbox runs (false after the idle timeout
+	// stopped it, and before the first turn made it).
+	SandboxUp bool          `json:"sandbox_up,omitempty"`
+	Status    SessionStatus `json:"status"`
+	Turn      int           `json:"turn"`
+	Queued    int           `json:"queued"`
+	Tools     []ToolStatus  `json:"tools,omitempty"`
+	Usage     llm.Usage     `json:"usage"`
+	Forks     int           `json:"forks"`
+	Parent    string        `json:"parent,omitempty"`
+	Requester string        `json:"requester,omitempty"`
+	Created   time.Time     `json:"created"`
+	LastError string        `json:"last_error,omitempty"`
+	Snapshot  string        `json:"snapshot,omitempty"`
 	// Options are the session's settings (with defaults filled in).
 	Options AgentOptions `json:"options"`
 	// Undelivered are answers the chat refused for good; the next answer
@@ -565,6 +568,8 @@ const (
 	// changePolicyDelivery: a policy change is answered once the sessions
 	// received it (or after policyDeliveryWait), not at once.
 	changePolicyDelivery = "policy-delivery"
+	// changeLocalDelivery sends the outbox through local activities.
+	changeLocalDelivery = "local-delivery"
 )
 
 // MemoSession is the memo field of an AgentWorkflow that holds its

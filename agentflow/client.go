@@ -94,39 +94,74 @@ func (c *Client) Send(ctx context.Context, start AgentInput, m MessageRequest) (
 
 // Wait waits until the turn that handles message id of the thread's session
 // has finished and its answer was delivered to the chat, and returns what
-// it gave. It polls QueryMessage (update
-// handlers never block on turns); ctx bounds the wait.
+// it gave. It asks the session (QueryMessage: update handlers never block
+// on turns) after 20 ms, then twice as long each time up to every 500 ms;
+// ctx bounds the wait.
 func (c *Client) Wait(ctx context.Context, threadKey, id string) (MessageResult, error) {
-	delay := 20 * time.Millisecond
+	return c.wait(ctx, threadKey, id, 20*time.Millisecond, true)
+}
+
+// WaitEvery is Wait asking every interval (the first time after half of
+// it): a turn of T seconds costs about T/interval + 1 queries.
+func (c *Client) WaitEvery(ctx context.Context, threadKey, id string, interval time.Duration) (MessageResult, error) {
+	return c.wait(ctx, threadKey, id, interval, false)
+}
+
+func (c *Client) wait(ctx context.Context, threadKey, id string, delay time.Duration, doubling bool) (MessageResult, error) {
+	if !doubling {
+		if err := sleepCtx(ctx, delay/2); err != nil {
+			return MessageResult{}, fmt.Errorf("waiting for message %s: %w", id, err)
+		}
+	}
 	for {
-		var res MessageResult
-		resp, err := c.tc.QueryWorkflow(ctx, AgentWorkflowID(threadKey), "", QueryMessage, id)
-		switch {
-		case err == nil:
-			if err := resp.Get(&res); err != nil {
+		res, done, err := c.Answered(ctx, threadKey, id)
+		if done || err != nil {
+			return res, err
+		}
+		if doubling {
+			if err := sleepCtx(ctx, delay); err != nil {
 				return res, err
 			}
-			if (res.Result != nil && res.Result.Delivered) || res.Forgotten {
-				return res, nil
-			}
-		case ctx.Err() != nil:
-			return res, fmt.Errorf("waiting for message %s: %w", id, ctx.Err())
-		default:
-			err = c.translate(err)
-			var refused *RefusedError
-			if errors.Is(err, ErrDestroyed) || errors.Is(err, ErrNoSession) || errors.As(err, &refused) {
-				return res, err
-			}
-			// A query can time out or fail while the worker is busy or a
-			// workflow task is being retried; the session is still there,
-			// so ask again (ctx bounds the wait).
+			delay = min(delay*2, 500*time.Millisecond)
+		} else if err := sleepCtx(ctx, delay); err != nil {
+			return res, err
 		}
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(delay):
+	}
+}
+
+// Answered asks the session of threadKey once whether message id was
+// answered: done when its turn finished and the answer was delivered, or
+// the session forgot the message. A query that fails while the session is
+// still there (a busy worker, a retried workflow task) is not an error:
+// done is false, ask again. A destroyed or missing session, a refusal and
+// ctx ending are errors.
+func (c *Client) Answered(ctx context.Context, threadKey, id string) (res MessageResult, done bool, err error) {
+	resp, err := c.tc.QueryWorkflow(ctx, AgentWorkflowID(threadKey), "", QueryMessage, id)
+	switch {
+	case err == nil:
+		if err := resp.Get(&res); err != nil {
+			return res, false, err
 		}
-		delay = min(delay*2, 500*time.Millisecond)
+		return res, (res.Result != nil && res.Result.Delivered) || res.Forgotten, nil
+	case ctx.Err() != nil:
+		return res, false, fmt.Errorf("waiting for message %s: %w", id, ctx.Err())
+	}
+	err = c.translate(err)
+	var refused *RefusedError
+	if errors.Is(err, ErrDestroyed) || errors.Is(err, ErrNoSession) || errors.As(err, &refused) {
+		return res, false, err
+	}
+	return res, false, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

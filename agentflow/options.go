@@ -92,6 +92,19 @@ func deliverCtx(ctx workflow.Context) workflow.Context {
 	})
 }
 
+// localDeliverCtx: chat delivery as a local activity, retried as
+// deliverCtx's activity is (the SDK backs a long retry off with a timer, so
+// a rate-limited platform does not hold the workflow task).
+func localDeliverCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: 10 * time.Minute, StartToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+			MaximumAttempts: 8, NonRetryableErrorTypes: nonRetryable,
+		},
+	})
+}
+
 // reportCtx: registry reports to the session manager.
 func reportCtx(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{

@@ -47,6 +47,10 @@ type AgentState struct {
 	SnapshotGen int64  `json:"snapshot_gen,omitempty"`
 	// Dirty says the workspace may have changed since SnapshotKey.
 	Dirty bool `json:"dirty,omitempty"`
+	// SnapshotFingerprint is the workspace's fingerprint when SnapshotKey
+	// was taken (SnapshotResult.Fingerprint), so that a snapshot of an
+	// unchanged workspace is skipped.
+	SnapshotFingerprint string `json:"snapshot_fingerprint,omitempty"`
 
 	// Transcript is the conversation in the blob store; Pending holds
 	// messages not yet written to it (tool results of a stopped turn, the

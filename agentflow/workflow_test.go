@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	commonpb "go.temporal.io/api/common/v1"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -242,7 +243,28 @@ func (p *parts) newEnv(thread string) *agentEnv {
 			return h(info, args)
 		})
 	})
+	// Deliver runs as a local activity (changeLocalDelivery): its hooks
+	// see the same encoded input.
+	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, args []any) {
+		payloads, err := converter.GetDefaultDataConverter().ToPayloads(args...)
+		if err != nil {
+			e.t.Errorf("encoding the input of %s: %v", info.ActivityType.Name, err)
+			return
+		}
+		values := encodedValues{payloads}
+		e.hooks = slices.DeleteFunc(e.hooks, func(h func(*activity.Info, converter.EncodedValues) bool) bool {
+			return h(info, values)
+		})
+	})
 	return e
+}
+
+// encodedValues are a local activity's arguments, as an activity's.
+type encodedValues struct{ p *commonpb.Payloads }
+
+func (v encodedValues) HasValues() bool { return v.p != nil && len(v.p.Payloads) > 0 }
+func (v encodedValues) Get(ptrs ...any) error {
+	return converter.GetDefaultDataConverter().FromPayloads(v.p, ptrs...)
 }
 
 // onStart runs f, once, when the first activity of type name whose input

@@ -2,6 +2,7 @@ package terminal
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,11 +35,29 @@ type Chat struct {
 	// off when a Sender on the same terminal already prints them (the
 	// embedded default, where the worker runs in-process).
 	PrintAnswers bool
+	// Answers, when set, tells when a message was answered: the Sender
+	// printing the answers in this process (the embedded default). The
+	// chat then waits on it and asks Temporal nothing. Nil: it asks the
+	// session every PollInterval.
+	Answers Answers
+	// PollInterval is how often the chat asks a session whether a
+	// message was answered, without Answers (default 500 ms); with
+	// Answers, it asks only every 10 s, to notice a session that ended
+	// without answering.
+	PollInterval time.Duration
 
 	mu       sync.Mutex
 	seq      int
 	thread   string
 	inflight sync.WaitGroup // messages sent and not yet answered
+}
+
+// Answers is what Chat needs of a Sender in the same process (*Sender).
+type Answers interface {
+	// Answered returns a channel closed once message id was answered.
+	Answered(id string) <-chan struct{}
+	// Forget drops the channel of id.
+	Forget(id string)
 }
 
 // Run reads lines until In ends, ctx is done or "/quit", and waits for the
@@ -98,7 +117,7 @@ func (c *Chat) message(ctx context.Context, line string) {
 	c.inflight.Add(1)
 	go func() {
 		defer c.inflight.Done()
-		res, err := c.Client.Wait(ctx, thread, id)
+		res, err := c.wait(ctx, thread, id)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.printf("[%s] ! %s\n", strings.TrimPrefix(thread, "term:"), sayError(err))
@@ -107,6 +126,37 @@ func (c *Chat) message(ctx context.Context, line string) {
 		}
 	}()
 }
+
+// wait waits until message id of thread was answered: pushed by Answers
+// when set (with one query every 10 s, for a session that ended without
+// answering), else asked of the session every PollInterval.
+func (c *Chat) wait(ctx context.Context, thread, id string) (agentflow.MessageResult, error) {
+	if c.Answers == nil {
+		return c.Client.WaitEvery(ctx, thread, id, cmp.Or(c.PollInterval, defaultPoll))
+	}
+	answered := c.Answers.Answered(id)
+	defer c.Answers.Forget(id)
+	tick := time.NewTicker(slowPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-answered:
+			return agentflow.MessageResult{}, nil
+		case <-ctx.Done():
+			return agentflow.MessageResult{}, ctx.Err()
+		case <-tick.C:
+			if res, done, err := c.Client.Answered(ctx, thread, id); done || err != nil {
+				return res, err
+			}
+		}
+	}
+}
+
+// Intervals of wait.
+const (
+	defaultPoll = 500 * time.Millisecond
+	slowPoll    = 10 * time.Second
+)
 
 func (c *Chat) next() (thread, id string) {
 	c.mu.Lock()

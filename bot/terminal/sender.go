@@ -25,14 +25,15 @@ import (
 // line per tool state change; a repeated delivery of the same key and
 // content prints nothing (activity retries stay silent).
 type Sender struct {
-	mu   sync.Mutex
-	w    io.Writer
-	last map[string]string // outbound key → what was printed last
+	mu       sync.Mutex
+	w        io.Writer
+	last     map[string]string        // outbound key → what was printed last
+	answered map[string]chan struct{} // message ID → closed once its answer printed
 }
 
 // NewSender returns a Sender printing to w.
 func NewSender(w io.Writer) *Sender {
-	return &Sender{w: w, last: map[string]string{}}
+	return &Sender{w: w, last: map[string]string{}, answered: map[string]chan struct{}{}}
 }
 
 var threadLink = regexp.MustCompile(`<thread:([^>]+)>`)
@@ -66,6 +67,7 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		return err
 	case agentflow.OutboundAnswer:
 		text = fmt.Sprintf("[%s] agent: %s\n", name, m.Text.Inline)
+		defer s.markAnswered(m.MessageIDs)
 	case agentflow.OutboundTitle:
 		return nil // the command's own answer says it
 	default:
@@ -81,6 +83,45 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 	s.last[m.Key] = text
 	_, err := io.WriteString(s.w, text)
 	return err
+}
+
+// Answered returns a channel that is closed once the answer to the message
+// with this ID was printed: the terminal's chat waits on it instead of
+// asking the session (in the embedded default the sender runs in the same
+// process). Each ID is waited for once.
+func (s *Sender) Answered(id string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.answered[id]
+	if !ok {
+		c = make(chan struct{})
+		s.answered[id] = c
+	}
+	return c
+}
+
+// Forget drops what Answered keeps for id (its wait ended another way).
+func (s *Sender) Forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.answered, id)
+}
+
+// markAnswered closes the channels of ids; s.mu is held. An answer that
+// comes before anyone waits leaves a closed channel for Answered to find.
+func (s *Sender) markAnswered(ids []string) {
+	for _, id := range ids {
+		c, ok := s.answered[id]
+		if !ok {
+			c = make(chan struct{})
+			s.answered[id] = c
+		}
+		select {
+		case <-c:
+		default:
+			close(c)
+		}
+	}
 }
 
 // CreateThread names a new terminal thread after the fork's title and the

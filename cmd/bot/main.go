@@ -236,6 +236,11 @@ func run(environ []string) error {
 		Router: router, Client: router.Sessions, In: os.Stdin, Out: os.Stdout,
 		User: os.Getenv("USER"), PrintAnswers: !embedded,
 	}
+	if embedded {
+		// The in-process worker prints the answers: the chat learns of
+		// them from its sender, not by asking Temporal.
+		chat.Answers = sender
+	}
 	return chat.Run(ctx)
 }
 
