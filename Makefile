@@ -1,5 +1,5 @@
 # The commands of the README.
-.PHONY: run test reliability long
+.PHONY: run test reliability long bench bench-quick
 
 # run: the embedded default — a Temporal dev server, an in-process worker,
 # the local sandbox and a terminal chat. Needs a model endpoint
@@ -29,3 +29,19 @@ long:
 	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
 		go test -race -count=1 -v -timeout 90m -run '^(TestLongSession|TestManagerControlLoad)$$' ./agentflow/ \
 		-long-turns=600 -control-requests=5000
+
+# bench: what agentbot adds to the work it does, next to baselines in the
+# same run (cmd/agentbench: a bare Temporal workflow, tar/zstd, the docker
+# CLI); writes the table to docs/benchmarks.md and the scaling plot to
+# docs/benchmarks.png. About 25 minutes on two cores.
+bench:
+	scripts/setup.sh --test
+	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
+		go run ./cmd/agentbench -out docs/benchmarks.md -png docs/benchmarks.png
+
+# bench-quick: every measure at small sizes, two runs each, the table on
+# the terminal only: keeps the bench command working (CI runs it).
+bench-quick:
+	scripts/setup.sh --test
+	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
+		go run ./cmd/agentbench -quick
