@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -206,4 +207,227 @@ func TestSnapshotSkipsBackslashNames(t *testing.T) {
 	if err != nil || info.Files != 1 || info.SkippedCount != 1 {
 		t.Fatalf("got %+v, %v; want ok.txt kept and the other skipped", info, err)
 	}
+}
+
+// entryInstance is an Instance with the optional entry interfaces, whose
+// tar-stream methods fail: Snapshot and Restore must use the others.
+type entryInstance struct {
+	rootInstance
+	entries func(emit func(*tar.Header, io.Reader) error) error
+	restore func(next func() (*tar.Header, io.Reader, error)) error
+}
+
+func (entryInstance) Archive(context.Context, io.Writer) error {
+	return errors.New("Archive called, not ArchiveEntries")
+}
+func (entryInstance) Restore(context.Context, io.Reader) error {
+	return errors.New("Restore called, not RestoreEntries")
+}
+func (e entryInstance) ArchiveEntries(_ context.Context, emit func(*tar.Header, io.Reader) error) error {
+	return e.entries(emit)
+}
+func (e entryInstance) RestoreEntries(_ context.Context, next func() (*tar.Header, io.Reader, error)) error {
+	return e.restore(next)
+}
+
+// emitAll is an ArchiveEntries that emits hs, each regular file with the
+// contents tarOf gives it.
+func emitAll(hs ...*tar.Header) func(emit func(*tar.Header, io.Reader) error) error {
+	return func(emit func(*tar.Header, io.Reader) error) error {
+		for _, h := range hs {
+			var body io.Reader
+			if h.Typeflag == tar.TypeReg {
+				body = bytes.NewReader(contentOf(h.Name, h.Size))
+			}
+			if err := emit(h, body); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// takeAll is a RestoreEntries that reads every entry and its contents,
+// listing the names.
+func takeAll(names *[]string) func(next func() (*tar.Header, io.Reader, error)) error {
+	return func(next func() (*tar.Header, io.Reader, error)) error {
+		for {
+			h, body, err := next()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if body != nil {
+				if _, err := io.Copy(io.Discard, body); err != nil {
+					return err
+				}
+			}
+			*names = append(*names, h.Name)
+		}
+	}
+}
+
+func TestSnapshotEntries(t *testing.T) {
+	ctx := context.Background()
+	sb := New("entries", entryInstance{entries: emitAll(dirH("./", 0o755), dirH("a/", 0o40755),
+		reg("a/f", 300000, 0o100644), symH("a/l", "f"), symH("out", "../x"), specialH("p", tar.TypeFifo))})
+	var buf bytes.Buffer
+	info, err := sb.Snapshot(ctx, &buf)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if info.Files != 1 || info.Dirs != 1 || info.Symlinks != 1 || info.Bytes != 300000 || info.SkippedCount != 2 {
+		t.Errorf("info %+v, want 1 file of 300000 bytes, 1 directory, 1 link, 2 skipped", info)
+	}
+	// Restored through RestoreEntries, it gives back what was emitted,
+	// portable.
+	var got []*tar.Header
+	bodies := map[string][]byte{}
+	rsb := New("entries", entryInstance{restore: func(next func() (*tar.Header, io.Reader, error)) error {
+		for {
+			h, body, err := next()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			hc := *h
+			got = append(got, &hc)
+			if body != nil {
+				if bodies[h.Name], err = io.ReadAll(body); err != nil {
+					return err
+				}
+			}
+		}
+	}})
+	rinfo, err := rsb.Restore(ctx, &buf)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	var desc []string
+	for _, h := range got {
+		desc = append(desc, describe(h))
+	}
+	if want := []string{"dir a/ 0755", "file a/f 0644", "symlink a/l 0777 -> f"}; !slices.Equal(desc, want) {
+		t.Errorf("restored entries %q, want %q", desc, want)
+	}
+	if !bytes.Equal(bodies["a/f"], contentOf("a/f", 300000)) {
+		t.Errorf("a/f came back as %d bytes, not its contents", len(bodies["a/f"]))
+	}
+	if rinfo.Files != info.Files || rinfo.Dirs != info.Dirs || rinfo.Symlinks != info.Symlinks || rinfo.Bytes != info.Bytes {
+		t.Errorf("restore info %+v, snapshot info %+v", rinfo, info)
+	}
+}
+
+func TestSnapshotEntriesErrors(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a backend's error", func(t *testing.T) {
+		boom := errors.New("container vanished")
+		sb := New("entries", entryInstance{entries: func(emit func(*tar.Header, io.Reader) error) error {
+			if err := emitAll(reg("a", 10, 0o644))(emit); err != nil {
+				return err
+			}
+			return boom
+		}})
+		if _, err := sb.Snapshot(ctx, io.Discard); !errors.Is(err, boom) {
+			t.Errorf("got %v, want the backend's error", err)
+		}
+	})
+	t.Run("a body cut short", func(t *testing.T) {
+		sb := New("entries", entryInstance{entries: func(emit func(*tar.Header, io.Reader) error) error {
+			return emit(reg("a", 10, 0o644), strings.NewReader("short"))
+		}})
+		if _, err := sb.Snapshot(ctx, io.Discard); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("got %v, want io.ErrUnexpectedEOF", err)
+		}
+	})
+	t.Run("a name that climbs out", func(t *testing.T) {
+		sb := New("entries", entryInstance{entries: emitAll(reg("../x", 1, 0o644))})
+		if _, err := sb.Snapshot(ctx, io.Discard); !errors.Is(err, ErrUnsafeArchive) {
+			t.Errorf("got %v, want ErrUnsafeArchive", err)
+		}
+	})
+	t.Run("the writer's error", func(t *testing.T) {
+		full := errors.New("no space left")
+		sb := New("entries", entryInstance{entries: emitAll(reg("big", 3*snapshotChunk, 0o644))})
+		if _, err := sb.Snapshot(ctx, &failingWriter{n: 1, err: full}); !errors.Is(err, full) {
+			t.Errorf("got %v, want the writer's error", err)
+		}
+	})
+}
+
+func TestRestoreEntriesRefuses(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		arch []byte
+		want string // in the error
+	}{
+		{"unsafe entry", zstdOf(t, tarOf(t, reg("ok", 10, 0o644), reg("../evil", 10, 0o644))), "../evil"},
+		{"corrupt body", zstdOf(t, tarOf(t, reg("ok", 10, 0o644), reg("big", 1<<20, 0o644))[:600<<10]), "big"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var names []string
+			sb := New("entries", entryInstance{restore: takeAll(&names)})
+			_, err := sb.Restore(ctx, bytes.NewReader(tc.arch))
+			if !errors.Is(err, ErrUnsafeArchive) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want ErrUnsafeArchive naming %q", err, tc.want)
+			}
+			if len(names) > 1 {
+				t.Errorf("the backend took %q, past the refused entry", names)
+			}
+		})
+	}
+	t.Run("the checker's reason wins", func(t *testing.T) {
+		// A backend that makes its own error of the refusal.
+		sb := New("entries", entryInstance{restore: func(next func() (*tar.Header, io.Reader, error)) error {
+			for {
+				if _, _, err := next(); err != nil {
+					return errors.New("extraction failed")
+				}
+			}
+		}})
+		_, err := sb.Restore(ctx, bytes.NewReader(zstdOf(t, tarOf(t, reg("../evil", 10, 0o644)))))
+		if !errors.Is(err, ErrUnsafeArchive) {
+			t.Errorf("got %v, want ErrUnsafeArchive", err)
+		}
+	})
+	t.Run("a backend that stops early", func(t *testing.T) {
+		sb := New("entries", entryInstance{restore: func(next func() (*tar.Header, io.Reader, error)) error {
+			_, _, err := next()
+			return err
+		}})
+		_, err := sb.Restore(ctx, bytes.NewReader(zstdOf(t, tarOf(t, reg("ok", 10, 0o644), reg("../evil", 10, 0o644)))))
+		if !errors.Is(err, ErrUnsafeArchive) {
+			t.Errorf("got %v, want the unsafe entry after the backend stopped refused", err)
+		}
+	})
+	t.Run("a backend's error", func(t *testing.T) {
+		disk := errors.New("no space left on device")
+		sb := New("entries", entryInstance{restore: func(next func() (*tar.Header, io.Reader, error)) error {
+			next()
+			return disk
+		}})
+		_, err := sb.Restore(ctx, bytes.NewReader(zstdOf(t, tarOf(t, reg("f1", 1<<20, 0o644), reg("f2", 1<<20, 0o644)))))
+		if !errors.Is(err, disk) || errors.Is(err, ErrUnsafeArchive) {
+			t.Errorf("got %v, want the backend's error and not ErrUnsafeArchive", err)
+		}
+	})
+}
+
+// failingWriter fails every write after its first n.
+type failingWriter struct {
+	n   int
+	err error
+}
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.n <= 0 {
+		return 0, w.err
+	}
+	w.n--
+	return len(p), nil
 }

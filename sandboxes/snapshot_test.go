@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"os/exec"
 	"path"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // tarOf writes headers into a tar, each regular file with Size bytes of
@@ -454,4 +458,62 @@ func FuzzCheckArchive(f *testing.F) {
 			t.Fatalf("info %+v, but passed on %d files, %d dirs, %d links", info, nfiles, ndirs, nlinks)
 		}
 	})
+}
+
+// TestFrameWriter checks that what a frameWriter writes reads back as the
+// bytes written, with the options earlier releases restored with (one
+// stream of zstd frames) and with the zstd command, for inputs around the
+// size of a chunk.
+func TestFrameWriter(t *testing.T) {
+	noise := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{0, 1, snapshotChunk - 1, snapshotChunk, snapshotChunk + 1, 7 * snapshotChunk / 2} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			// Half text, half random bytes: some compresses.
+			data := make([]byte, size)
+			for i := range data {
+				if i%8192 < 4096 {
+					data[i] = "snapshot "[i%9]
+				} else {
+					data[i] = byte(noise.Uint32())
+				}
+			}
+			var buf bytes.Buffer
+			fw, err := newFrameWriter(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p := data; len(p) > 0; {
+				n := min(len(p), 100_000)
+				if _, err := fw.Write(p[:n]); err != nil {
+					t.Fatal(err)
+				}
+				p = p[n:]
+			}
+			if err := fw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if buf.Len() == 0 {
+				t.Fatal("wrote nothing: a zstd stream has a frame at least")
+			}
+			zr, err := zstd.NewReader(bytes.NewReader(buf.Bytes()), zstd.WithDecoderConcurrency(1),
+				zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(128<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer zr.Close()
+			got, err := io.ReadAll(zr)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read back %d bytes (%v), want the %d written", len(got), err, len(data))
+			}
+			if _, err := exec.LookPath("zstd"); err != nil {
+				return
+			}
+			cmd := exec.Command("zstd", "-d", "-c")
+			cmd.Stdin = bytes.NewReader(buf.Bytes())
+			out, err := cmd.Output()
+			if err != nil || !bytes.Equal(out, data) {
+				t.Errorf("zstd -d gave %d bytes (%v), want the %d written", len(out), err, len(data))
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package dockersandbox
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -205,6 +206,32 @@ func spool(r io.Reader) (int64, io.Reader, func(), error) {
 // container's lock while it streams: commands wait until w has taken it
 // all.
 func (s *sandbox) Archive(ctx context.Context, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	buf := make([]byte, copyBufSize)
+	err := s.ArchiveEntries(ctx, func(h *tar.Header, body io.Reader) error {
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if body == nil {
+			return nil
+		}
+		if _, err := io.CopyBuffer(tw, body, buf); err != nil {
+			return fmt.Errorf("copying %s: %w", h.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+var _ sandboxes.EntryArchiver = (*sandbox)(nil)
+
+// ArchiveEntries hands emit the entries Archive writes, in the same order,
+// as sandboxes.EntryArchiver says; Snapshot uses it. They come from one
+// archive of the daemon's, read once.
+func (s *sandbox) ArchiveEntries(ctx context.Context, emit func(h *tar.Header, body io.Reader) error) error {
 	rc, _, err := s.cli.CopyFromContainer(ctx, s.id, Root)
 	if cerrdefs.IsNotFound(err) {
 		if err := s.opErr(ctx, err); errors.Is(err, sandboxes.ErrNotFound) {
@@ -216,9 +243,11 @@ func (s *sandbox) Archive(ctx context.Context, w io.Writer) error {
 		return s.opErr(ctx, err)
 	}
 	defer rc.Close()
-	tr := tar.NewReader(rc)
-	tw := tar.NewWriter(w)
+	// Headers are read 512 bytes at a time: buffered, each is not a
+	// read of the response body.
+	tr := tar.NewReader(bufio.NewReaderSize(rc, copyBufSize))
 	base := path.Base(Root)
+	var out tar.Header // reused: emit keeps nothing
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -238,24 +267,26 @@ func (s *sandbox) Archive(ctx context.Context, w io.Writer) error {
 		if top, _, _ := strings.Cut(rel, "/"); strings.HasPrefix(top, stagingPrefix) || strings.HasPrefix(top, oldPrefix) {
 			continue // a Restore at work
 		}
-		out := &tar.Header{
+		out = tar.Header{
 			Name: rel, Typeflag: h.Typeflag, Linkname: h.Linkname, Size: h.Size, Mode: h.Mode,
 			Uid: h.Uid, Gid: h.Gid, Uname: h.Uname, Gname: h.Gname, ModTime: h.ModTime, Format: tar.FormatPAX,
 		}
 		if h.Typeflag == tar.TypeLink {
 			out.Linkname = strings.TrimPrefix(strings.TrimPrefix(h.Linkname, "./"), base+"/")
 		}
-		if err := tw.WriteHeader(out); err != nil {
+		var body io.Reader
+		if h.Typeflag == tar.TypeReg {
+			body = tr
+		}
+		if err := emit(&out, body); err != nil {
 			return err
 		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return fmt.Errorf("copying %s: %w", rel, err)
-			}
-		}
 	}
-	return tw.Close()
+	return nil
 }
+
+// copyBufSize is the buffer archives are read and copied through.
+const copyBufSize = 256 << 10
 
 // errAborted closes the pipe to the daemon when the copy ended first.
 var errAborted = errors.New("copy into the container ended")
@@ -329,6 +360,29 @@ rm -rf "$o" || exit 3`
 // The swap is quick (one rename per top-level entry) but not atomic:
 // commands running during it may see part of the old or the new tree.
 func (s *sandbox) Restore(ctx context.Context, r io.Reader) error {
+	tr := tar.NewReader(r)
+	return s.RestoreEntries(ctx, func() (*tar.Header, io.Reader, error) {
+		h, err := tr.Next()
+		if err == io.EOF {
+			// An error after the last entry fails the restore too.
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return nil, nil, fmt.Errorf("reading the archive: %w", err)
+			}
+			return nil, nil, io.EOF
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the archive: %w", err)
+		}
+		return h, tr, nil
+	})
+}
+
+var _ sandboxes.EntryRestorer = (*sandbox)(nil)
+
+// RestoreEntries does what Restore does with the entries next gives, as
+// sandboxes.EntryRestorer says; Restore uses it with the entries of its tar
+// stream.
+func (s *sandbox) RestoreEntries(ctx context.Context, next func() (*tar.Header, io.Reader, error)) error {
 	tag := randHex(6)
 	staging := path.Join(Root, stagingPrefix+tag)
 	old := path.Join(Root, oldPrefix+tag)
@@ -336,7 +390,13 @@ func (s *sandbox) Restore(ctx context.Context, r io.Reader) error {
 	pr, pw := io.Pipe()
 	produced := make(chan error, 1)
 	go func() {
-		err := s.stage(pw, r, path.Base(staging))
+		// Buffered, so that the pipe hands the client large chunks
+		// rather than every header and padding on its own.
+		bw := bufio.NewWriterSize(pw, copyBufSize)
+		err := s.stage(bw, next, path.Base(staging))
+		if err == nil {
+			err = bw.Flush()
+		}
 		pw.CloseWithError(err)
 		produced <- err
 	}()
@@ -369,28 +429,29 @@ func (s *sandbox) Restore(ctx context.Context, r io.Reader) error {
 	return s.opErr(ctx, fmt.Errorf("swapping the restored tree into the workspace: %w", err))
 }
 
-// stage copies the tar stream r to w, every entry moved below base and
-// owned by the exec user, after a root entry for base itself (mode 0700:
-// only the user sees the tree while it is copied). It adds
-// entries for parent directories the stream does not hold (the daemon
-// would create them owned by root). It reads r to its end: an error after
-// the last entry fails the restore too. Errors reading r are returned as
-// they are; errors writing w match errAborted.
-func (s *sandbox) stage(w io.Writer, r io.Reader, base string) error {
+// stage writes the entries next gives to w as a tar stream, every entry
+// moved below base and owned by the exec user, after a root entry for base
+// itself (mode 0700: only the user sees the tree while it is copied). It
+// adds entries for parent directories the stream does not hold (the daemon
+// would create them owned by root). It goes on until next returns io.EOF;
+// next's errors are returned as they are, and errors writing w match
+// errAborted.
+func (s *sandbox) stage(w io.Writer, next func() (*tar.Header, io.Reader, error), base string) error {
 	tw := tar.NewWriter(w)
 	now := time.Now()
 	if err := tw.WriteHeader(s.dirHeader(base+"/", 0o700, now)); err != nil {
 		return err
 	}
 	dirs := make(map[string]bool)
-	tr := tar.NewReader(r)
+	buf := make([]byte, copyBufSize)
+	var out tar.Header // reused: tw keeps nothing of it
 	for {
-		h, err := tr.Next()
+		h, body, err := next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading the archive: %w", err)
+			return err
 		}
 		name := path.Clean(h.Name)
 		if name == "." {
@@ -407,7 +468,7 @@ func (s *sandbox) stage(w io.Writer, r io.Reader, base string) error {
 				}
 			}
 		}
-		out := &tar.Header{
+		out = tar.Header{
 			Name: base + "/" + name, Mode: h.Mode & 0o777, ModTime: h.ModTime,
 			Uid: s.user.uid, Gid: s.user.gid, Format: tar.FormatPAX,
 		}
@@ -425,25 +486,25 @@ func (s *sandbox) stage(w io.Writer, r io.Reader, base string) error {
 		default:
 			return fmt.Errorf("%w: entry %q has unsupported type %q", sandboxes.ErrUnsafeArchive, h.Name, h.Typeflag)
 		}
-		if err := tw.WriteHeader(out); err != nil {
+		if err := tw.WriteHeader(&out); err != nil {
 			return err
 		}
-		if out.Typeflag == tar.TypeReg {
-			if _, err := io.Copy(tw, tr); err != nil {
-				if errors.Is(err, errAborted) {
-					return err
-				}
-				return fmt.Errorf("reading %s from the archive: %w", name, err)
+		if out.Typeflag != tar.TypeReg {
+			continue
+		}
+		if body == nil {
+			return fmt.Errorf("reading %s from the archive: no contents", name)
+		}
+		// Through buf: neither end has a ReadFrom or WriteTo to spare
+		// the copy, and io.Copy would allocate a buffer per file.
+		if _, err := io.CopyBuffer(tw, body, buf); err != nil {
+			if errors.Is(err, errAborted) {
+				return err
 			}
+			return fmt.Errorf("reading %s from the archive: %w", name, err)
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return fmt.Errorf("reading the archive: %w", err)
-	}
-	return nil
+	return tw.Close()
 }
 
 // cleanup removes a staging or old tree of Restore, on its own time: ctx

@@ -22,15 +22,43 @@ import (
 // paths: directories (empty ones too), regular files with their permission
 // bits and symbolic links with their targets as they are. FIFOs and devices
 // are written as such, for the caller to drop; sockets are left out, and so
-// are Restore's staging directories and sandboxes.OutputsDir. Symbolic links are never followed and
-// files are streamed, one at a time. An unreadable directory fails the
-// archive.
+// are Restore's staging directories and sandboxes.OutputsDir. Symbolic
+// links are never followed and files are streamed, one at a time. An
+// unreadable directory fails the archive.
+func (in *instance) Archive(ctx context.Context, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	buf := make([]byte, copyBufSize)
+	err := in.ArchiveEntries(ctx, func(h *tar.Header, body io.Reader) error {
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("writing %q: %w", h.Name, err)
+		}
+		if body == nil {
+			return nil
+		}
+		if _, err := io.CopyBuffer(tw, body, buf); err != nil {
+			return fmt.Errorf("writing %q: %w", h.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+var _ sandboxes.EntryArchiver = (*instance)(nil)
+
+// ArchiveEntries hands emit the entries Archive writes, in the same order,
+// as sandboxes.EntryArchiver says; Snapshot uses it.
 //
 // The tree is walked a directory at a time, each directory through an
 // os.Root of its own opened under the workspace's, so that every entry is
 // reached by its plain name in an open directory rather than by resolving
-// its whole path again.
-func (in *instance) Archive(ctx context.Context, w io.Writer) error {
+// its whole path again. A regular file is opened once; its header comes
+// from the open file, and its body reads it to the size in the header: a
+// file that grows while it is read is cut there, one that shrinks fails
+// the walk.
+func (in *instance) ArchiveEntries(ctx context.Context, emit func(h *tar.Header, body io.Reader) error) error {
 	if err := in.usable(ctx); err != nil {
 		return err
 	}
@@ -42,11 +70,8 @@ func (in *instance) Archive(ctx context.Context, w io.Writer) error {
 	}
 	defer rt.Close()
 
-	a := &archiver{ctx: ctx, tw: tar.NewWriter(w), buf: make([]byte, copyBufSize)}
-	if err := a.dir(rt, ".", "", 0); err != nil {
-		return err
-	}
-	return a.tw.Close()
+	a := &archiver{ctx: ctx, emit: emit}
+	return a.dir(rt, ".", "", 0)
 }
 
 const (
@@ -59,9 +84,11 @@ const (
 )
 
 type archiver struct {
-	ctx context.Context
-	tw  *tar.Writer
-	buf []byte
+	ctx  context.Context
+	emit func(h *tar.Header, body io.Reader) error
+	// h and body are what emit is given, reused from entry to entry.
+	h    tar.Header
+	body fileBody
 }
 
 // dir archives the entries of the directory sub of d, in name order;
@@ -72,14 +99,7 @@ func (a *archiver) dir(d *os.Root, sub, prefix string, depth int) error {
 	if dirName == "" {
 		dirName = "."
 	}
-	// O_NONBLOCK spares the fcntl calls os makes around its poller
-	// check; it does nothing to a directory.
-	f, err := d.OpenFile(sub, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return fmt.Errorf("reading %q: %w", dirName, err)
-	}
-	ents, err := f.ReadDir(-1)
-	f.Close()
+	ents, err := readDir(d, sub)
 	if err != nil {
 		return fmt.Errorf("reading %q: %w", dirName, err)
 	}
@@ -110,6 +130,56 @@ func (a *archiver) dir(d *os.Root, sub, prefix string, depth int) error {
 	return nil
 }
 
+// readDir returns the entries of the directory sub of d, with the types
+// the directory gives: the caller must not call their Info.
+//
+// A directory opened in an os.Root lstats every entry as it is read, so
+// that Info is safe: for a workspace of small files that is a third of the
+// system calls of an archive. The walk needs the types only (a regular
+// file is opened and stat'ed, anything else Lstat'ed through d), so it
+// reads a duplicate of the directory's descriptor, which os does not know
+// to be in a Root.
+func readDir(d *os.Root, sub string) ([]fs.DirEntry, error) {
+	// O_NONBLOCK spares the fcntl calls os makes around its poller
+	// check; it does nothing to a directory.
+	f, err := d.OpenFile(sub, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var fd int
+	var dupErr error
+	if err := sc.Control(func(sysfd uintptr) {
+		fd, dupErr = dupCloexec(int(sysfd))
+	}); err != nil {
+		return nil, err
+	}
+	if dupErr != nil {
+		// Too many open files, say: the slower way still works.
+		return f.ReadDir(-1)
+	}
+	df := os.NewFile(uintptr(fd), f.Name())
+	defer df.Close()
+	return df.ReadDir(-1)
+}
+
+// dupCloexec duplicates fd, close-on-exec, as os does where it has no
+// dup3: under ForkLock, so no command started meanwhile inherits it.
+func dupCloexec(fd int) (int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	nfd, err := syscall.Dup(fd)
+	if err != nil {
+		return -1, err
+	}
+	syscall.CloseOnExec(nfd)
+	return nfd, nil
+}
+
 // entry archives rel in d, whatever it is now.
 func (a *archiver) entry(d *os.Root, rel, name string, depth int) error {
 	fi, err := d.Lstat(rel)
@@ -119,16 +189,17 @@ func (a *archiver) entry(d *os.Root, rel, name string, depth int) error {
 	if err != nil {
 		return fmt.Errorf("reading %q: %w", name, err)
 	}
-	h := &tar.Header{
+	a.h = tar.Header{
 		Name:    name,
 		Mode:    int64(fi.Mode().Perm()),
 		ModTime: fi.ModTime(),
 		Format:  tar.FormatPAX,
 	}
+	h := &a.h
 	m := fi.Mode()
 	switch {
 	case m.IsDir():
-		return a.subdir(d, rel, h, fi, depth)
+		return a.subdir(d, rel, fi, depth)
 	case m.IsRegular():
 		return a.file(d, rel, name, depth)
 	case m&fs.ModeSymlink != 0:
@@ -146,45 +217,43 @@ func (a *archiver) entry(d *os.Root, rel, name string, depth int) error {
 	default:
 		return nil // a socket: tar has no type for it
 	}
-	if err := a.tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("writing %q: %w", name, err)
-	}
-	return nil
+	return a.emit(h, nil)
 }
 
-// subdir archives the directory rel of d, which Lstat described as fi,
-// and everything in it.
-func (a *archiver) subdir(d *os.Root, rel string, h *tar.Header, fi fs.FileInfo, depth int) error {
-	name := h.Name
+// subdir archives the directory rel of d, which Lstat described as fi and
+// a.h holds the header of, and everything in it.
+func (a *archiver) subdir(d *os.Root, rel string, fi fs.FileInfo, depth int) error {
+	h := &a.h
 	h.Typeflag = tar.TypeDir
 	h.Name += "/"
+	name := h.Name // a.h is reused below
 	if depth+1 >= maxDirHandles {
-		if err := a.tw.WriteHeader(h); err != nil {
-			return fmt.Errorf("writing %q: %w", name, err)
+		if err := a.emit(h, nil); err != nil {
+			return err
 		}
-		return a.dir(d, rel, h.Name, depth+1)
+		return a.dir(d, rel, name, depth+1)
 	}
 	sub, err := d.OpenRoot(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed while we walked
 	}
 	if err != nil {
-		return fmt.Errorf("reading %q: %w", name, err)
+		return fmt.Errorf("reading %q: %w", strings.TrimSuffix(name, "/"), err)
 	}
 	defer sub.Close()
 	// os.Root follows a symbolic link that stays inside d: make sure
 	// this is the directory Lstat saw, not a link put in its place.
 	si, err := sub.Stat(".")
 	if err != nil {
-		return fmt.Errorf("reading %q: %w", name, err)
+		return fmt.Errorf("reading %q: %w", strings.TrimSuffix(name, "/"), err)
 	}
 	if !os.SameFile(fi, si) {
 		return nil // replaced while we walked
 	}
-	if err := a.tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("writing %q: %w", name, err)
+	if err := a.emit(h, nil); err != nil {
+		return err
 	}
-	return a.dir(sub, ".", h.Name, depth+1)
+	return a.dir(sub, ".", name, depth+1)
 }
 
 // file archives rel in d, which was a regular file when its directory
@@ -211,7 +280,7 @@ func (a *archiver) file(d *os.Root, rel, name string, depth int) error {
 	if !fi.Mode().IsRegular() {
 		return nil // replaced while we walked
 	}
-	h := &tar.Header{
+	a.h = tar.Header{
 		Typeflag: tar.TypeReg,
 		Name:     name,
 		Size:     fi.Size(),
@@ -219,20 +288,42 @@ func (a *archiver) file(d *os.Root, rel, name string, depth int) error {
 		ModTime:  fi.ModTime(),
 		Format:   tar.FormatPAX,
 	}
-	if err := a.tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("writing %q: %w", name, err)
+	a.body = fileBody{ctx: a.ctx, f: f, name: name, left: fi.Size()}
+	err = a.emit(&a.h, &a.body)
+	a.body = fileBody{}
+	return err
+}
+
+// fileBody reads the first left bytes of the open file f, the file name,
+// and fails once ctx is done or if f ends sooner.
+type fileBody struct {
+	ctx  context.Context
+	f    *os.File
+	name string
+	left int64
+}
+
+func (b *fileBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
 	}
-	// A file that grows while it is read is cut at the size in its
-	// header; one that shrinks cannot be written any more. (tar.Writer
-	// has no ReadFrom, so the copy goes through a.buf.)
-	n, err := io.CopyBuffer(a.tw, io.LimitReader(ctxReader{a.ctx, f}, h.Size), a.buf)
-	if err != nil {
-		return fmt.Errorf("writing %q: %w", name, err)
+	if err := b.ctx.Err(); err != nil {
+		return 0, err
 	}
-	if n < h.Size {
-		return fmt.Errorf("%q shrank while it was archived", name)
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
 	}
-	return nil
+	n, err := b.f.Read(p)
+	b.left -= int64(n)
+	switch {
+	case err == io.EOF && b.left > 0:
+		return n, fmt.Errorf("%q shrank while it was archived", b.name)
+	case err == io.EOF:
+		err = nil
+	case err != nil:
+		err = fmt.Errorf("reading %q: %w", b.name, err)
+	}
+	return n, err
 }
 
 // rename is os.Root.Rename; tests replace it to make a step of Restore's
@@ -258,6 +349,31 @@ var rename = func(rt *os.Root, from, to string) error { return rt.Rename(from, t
 // links are made as given, hard links link to the earlier entry. Entries
 // named like Restore's staging directories at the top are dropped.
 func (in *instance) Restore(ctx context.Context, r io.Reader) error {
+	cr := ctxReader{ctx, r}
+	tr := tar.NewReader(cr)
+	return in.RestoreEntries(ctx, func() (*tar.Header, io.Reader, error) {
+		h, err := tr.Next()
+		if err == io.EOF {
+			// The stream must end without error, not only the tar
+			// trailer.
+			if _, err := io.Copy(io.Discard, cr); err != nil {
+				return nil, nil, fmt.Errorf("reading the archive: %w", err)
+			}
+			return nil, nil, io.EOF
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the archive: %w", err)
+		}
+		return h, tr, nil
+	})
+}
+
+var _ sandboxes.EntryRestorer = (*instance)(nil)
+
+// RestoreEntries does what Restore does with the entries next gives, as
+// sandboxes.EntryRestorer says; Restore uses it with the entries of its tar
+// stream.
+func (in *instance) RestoreEntries(ctx context.Context, next func() (*tar.Header, io.Reader, error)) error {
 	if err := in.usable(ctx); err != nil {
 		return err
 	}
@@ -278,7 +394,7 @@ func (in *instance) Restore(ctx context.Context, r io.Reader) error {
 			forceRemoveAll(stagingPath)
 		}
 	}()
-	if err := extract(ctx, stagingPath, r); err != nil {
+	if err := extract(ctx, stagingPath, next); err != nil {
 		return err
 	}
 
@@ -302,18 +418,16 @@ type dirMeta struct {
 	mtime time.Time
 }
 
-// extract writes the tar stream r below dir, through os.Root so that no
-// entry can land outside it, and reads r to its end.
-func extract(ctx context.Context, dir string, r io.Reader) error {
+// extract writes the entries next gives below dir, through os.Root so
+// that no entry can land outside it, until next returns io.EOF.
+func extract(ctx context.Context, dir string, next func() (*tar.Header, io.Reader, error)) error {
 	rt, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("opening the staging directory: %w", err)
 	}
 	defer rt.Close()
-	cr := ctxReader{ctx, r}
 	x := &extractor{
 		rt:      rt,
-		tr:      tar.NewReader(cr),
 		dirs:    make(map[string]dirMeta),
 		made:    make(map[string]bool),
 		parents: make(map[string]bool),
@@ -322,12 +436,15 @@ func extract(ctx context.Context, dir string, r io.Reader) error {
 	}
 	defer x.forget()
 	for {
-		h, err := x.tr.Next()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h, body, err := next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading the archive: %w", err)
+			return err
 		}
 		name, err := entryPath(h.Name)
 		if err != nil {
@@ -336,15 +453,17 @@ func extract(ctx context.Context, dir string, r io.Reader) error {
 		if name == "." || isStaging(strings.SplitN(name, string(filepath.Separator), 2)[0]) {
 			continue
 		}
-		if err := x.entry(h, name); err != nil {
+		if h.Typeflag == tar.TypeReg && body == nil {
+			return fmt.Errorf("extracting %q: no contents", h.Name)
+		}
+		x.body = ctxReader{ctx, body}
+		err = x.entry(h, name)
+		x.body = ctxReader{}
+		if err != nil {
 			return err
 		}
 	}
 	x.forget()
-	// The stream must end without error, not only the tar trailer.
-	if _, err := io.Copy(io.Discard, cr); err != nil {
-		return fmt.Errorf("reading the archive: %w", err)
-	}
 	return fixDirs(rt, x.dirs)
 }
 
@@ -376,13 +495,13 @@ const maxOpenDirs = 32
 // rt; whatever removes something forgets what is known first.
 type extractor struct {
 	rt   *os.Root
-	tr   *tar.Reader
 	dirs map[string]dirMeta // the directory entries' modes and times
 	// made holds directories that a directory entry made (or found a
 	// directory, not a link) and nothing removed since; parents holds
 	// the other paths MkdirAll was done for since.
 	made, parents map[string]bool
 	open          map[string]*os.Root // handles of directories in made or parents
+	body          ctxReader           // the contents of the entry at hand
 	buf           []byte
 }
 
@@ -400,7 +519,7 @@ func (x *extractor) entry(h *tar.Header, name string) error {
 	mode := fs.FileMode(h.Mode).Perm()
 	switch h.Typeflag {
 	case tar.TypeDir:
-		if !x.made[name] && !x.mkdir(name) {
+		if !x.made[name] && !x.mkdir(name, mode) {
 			if fi, err := x.rt.Lstat(name); err == nil && !fi.IsDir() {
 				x.forget()
 				if err := x.rt.RemoveAll(name); err != nil {
@@ -458,15 +577,20 @@ func (x *extractor) create(h *tar.Header, name string, mode fs.FileMode) (retry 
 		return true, d.Symlink(h.Linkname, base)
 	}
 	// O_NONBLOCK does nothing to a regular file but spares os the
-	// fcntl calls it makes around its poller check.
-	f, err := d.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NONBLOCK, 0o600)
+	// fcntl calls it makes around its poller check. The file is made
+	// with its mode (a new file is written through the descriptor that
+	// made it, whatever its mode says).
+	f, err := d.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NONBLOCK, mode)
 	if err != nil {
 		return true, err
 	}
-	// Plain Writer and Reader, so that the copy goes through x.buf.
-	_, err = io.CopyBuffer(struct{ io.Writer }{f}, struct{ io.Reader }{x.tr}, x.buf)
+	// A plain Writer, so that the copy goes through x.buf.
+	n, err := io.CopyBuffer(struct{ io.Writer }{f}, &x.body, x.buf)
+	if err == nil && n != h.Size {
+		err = fmt.Errorf("the archive gave %d bytes of %d", n, h.Size)
+	}
 	if err == nil {
-		err = f.Chmod(mode)
+		err = fixMode(f, mode)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -477,13 +601,27 @@ func (x *extractor) create(h *tar.Header, name string, mode fs.FileMode) (retry 
 	return false, err
 }
 
+// fixMode gives the file f the mode it was made with, where the umask (or
+// a default ACL) took bits away. Only then: a chmod dirties the inode,
+// which on a journalling file system costs as much as the rest of writing
+// a small file, and a stat does not.
+func fixMode(f *os.File, mode fs.FileMode) error {
+	fi, err := f.Stat()
+	if err == nil && fi.Mode().Perm() == mode {
+		return nil
+	}
+	return f.Chmod(mode)
+}
+
 // mkdir makes the directory name, at a free name in a directory known to
 // exist, and keeps a handle of it for what goes in it. It reports whether
-// it did; if not, nothing was made, and the entry takes the long way.
-func (x *extractor) mkdir(name string) bool {
+// it did; if not, nothing was made, and the entry takes the long way. The
+// directory gets its mode now if that lets us fill it, so that fixDirs
+// need not change it.
+func (x *extractor) mkdir(name string, mode fs.FileMode) bool {
 	dir, base := filepath.Split(name)
 	p, err := x.dirHandle(filepath.Clean(dir))
-	if err != nil || p.Mkdir(base, 0o700) != nil {
+	if err != nil || p.Mkdir(base, mode|0o700) != nil {
 		return false
 	}
 	x.made[name] = true
@@ -579,12 +717,7 @@ func fixDirs(rt *os.Root, dirs map[string]dirMeta) error {
 // fixDir fixes the directories below sub of d; name is sub's path in the
 // staging directory and depth how deep it is.
 func fixDir(d *os.Root, sub, name string, dirs map[string]dirMeta, depth int) error {
-	f, err := d.OpenFile(sub, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return fmt.Errorf("walking the staging directory: %w", err)
-	}
-	ents, err := f.ReadDir(-1)
-	f.Close()
+	ents, err := readDir(d, sub)
 	if err != nil {
 		return fmt.Errorf("walking the staging directory: %w", err)
 	}
@@ -593,25 +726,34 @@ func fixDir(d *os.Root, sub, name string, dirs map[string]dirMeta, depth int) er
 			continue
 		}
 		rel, full := filepath.Join(sub, e.Name()), filepath.Join(name, e.Name())
+		var fi fs.FileInfo
 		if depth+1 < maxDirHandles {
 			c, err := d.OpenRoot(rel)
 			if err != nil {
 				return fmt.Errorf("walking the staging directory: %w", err)
 			}
 			err = fixDir(c, ".", full, dirs, depth+1)
+			if err == nil {
+				fi, err = c.Stat(".")
+			}
 			c.Close()
 			if err != nil {
 				return err
 			}
 		} else if err := fixDir(d, rel, full, dirs, depth+1); err != nil {
 			return err
+		} else if fi, err = d.Lstat(rel); err != nil {
+			return fmt.Errorf("walking the staging directory: %w", err)
 		}
 		meta, ok := dirs[full]
 		if !ok {
 			meta.mode = 0o755
 		}
-		if err := d.Chmod(rel, meta.mode); err != nil {
-			return fmt.Errorf("setting the mode of %q: %w", full, err)
+		// As for files: a chmod dirties the inode, a stat does not.
+		if fi.Mode().Perm() != meta.mode {
+			if err := d.Chmod(rel, meta.mode); err != nil {
+				return fmt.Errorf("setting the mode of %q: %w", full, err)
+			}
 		}
 		if !meta.mtime.IsZero() {
 			if err := d.Chtimes(rel, meta.mtime, meta.mtime); err != nil {

@@ -569,3 +569,144 @@ func TestLocalArchiveRestoreDeep(t *testing.T) {
 	}
 	sameTree(t, "after the round trip", want, tree(t, dst.State().Root))
 }
+
+// TestLocalArchiveEntries checks that ArchiveEntries, which Snapshot uses,
+// hands out what Archive writes, entry for entry.
+func TestLocalArchiveEntries(t *testing.T) {
+	b := newBackend(t)
+	inst := createKind(t, b, false)
+	root := inst.State().Root
+	fillWorkspace(t, root)
+	if err := exec.Command("mkfifo", filepath.Join(root, "fifo")).Run(); err != nil {
+		t.Fatal(err)
+	}
+	describe := func(h *tar.Header, body []byte) string {
+		return fmt.Sprintf("%s %c %04o %d %s %q %s", h.Name, h.Typeflag, h.Mode, h.Size,
+			h.ModTime.UTC().Format(time.RFC3339Nano), body, h.Linkname)
+	}
+	var fromEntries []string
+	err := inst.ArchiveEntries(t.Context(), func(h *tar.Header, body io.Reader) error {
+		var data []byte
+		if body != nil {
+			var err error
+			if data, err = io.ReadAll(body); err != nil {
+				return err
+			}
+		}
+		fromEntries = append(fromEntries, describe(h, data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := inst.Archive(t.Context(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	var fromArchive []string
+	tr := tar.NewReader(&buf)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromArchive = append(fromArchive, describe(h, data))
+	}
+	if !slices.Equal(fromEntries, fromArchive) {
+		t.Errorf("ArchiveEntries:\n%s\nArchive:\n%s", strings.Join(fromEntries, "\n"), strings.Join(fromArchive, "\n"))
+	}
+
+	// An error of emit's ends the walk and comes back.
+	stop := errors.New("enough")
+	calls := 0
+	err = inst.ArchiveEntries(t.Context(), func(*tar.Header, io.Reader) error { calls++; return stop })
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("emit failing: ArchiveEntries returned %v after %d calls, want its error after 1", err, calls)
+	}
+}
+
+// TestFileBody checks that a file is read to the size in its header: cut
+// there when it grew, an error when it shrank.
+func TestFileBody(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	writeTestFile(t, p, "0123456789", 0o644)
+	for _, tc := range []struct {
+		left    int64
+		want    string
+		wantErr bool
+	}{
+		{10, "0123456789", false},
+		{4, "0123", false}, // grew since it was stat'ed
+		{0, "", false},
+		{12, "0123456789", true}, // shrank
+	} {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &fileBody{ctx: t.Context(), f: f, name: "f", left: tc.left}
+		got, err := io.ReadAll(b)
+		f.Close()
+		if string(got) != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("left %d: read %q, %v; want %q, error %v", tc.left, got, err, tc.want, tc.wantErr)
+		}
+		if tc.wantErr && (err == nil || !strings.Contains(err.Error(), "shrank")) {
+			t.Errorf("left %d: error %v does not say the file shrank", tc.left, err)
+		}
+	}
+}
+
+// TestReadDir checks that readDir gives every entry with its type and
+// leaves no descriptor open.
+func TestReadDir(t *testing.T) {
+	dir := t.TempDir()
+	writeTestFile(t, filepath.Join(dir, "file"), "x", 0o644)
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("file", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("mkfifo", filepath.Join(dir, "fifo")).Run(); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return -1
+		}
+		return len(ents)
+	}
+	before := fds()
+	for range 50 {
+		ents, err := readDir(rt, ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]fs.FileMode{}
+		for _, e := range ents {
+			got[e.Name()] = e.Type()
+		}
+		want := map[string]fs.FileMode{"file": 0, "sub": fs.ModeDir, "link": fs.ModeSymlink, "fifo": fs.ModeNamedPipe}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("readDir: %v, want %v", got, want)
+		}
+	}
+	// A leak would leave 50 more; anything else in the process may open
+	// or close a few meanwhile.
+	if after := fds(); after > before+10 {
+		t.Errorf("%d descriptors open before 50 readDirs, %d after", before, after)
+	}
+}

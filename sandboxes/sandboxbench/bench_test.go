@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,51 +114,63 @@ func benchExec(b *testing.B, sb *sandboxes.Sandbox) {
 func BenchmarkSnapshot(b *testing.B) {
 	f := newFixture(b)
 	var baseNs float64
+	var baseSize int64
 	b.Run("tar-zstd-1", func(b *testing.B) {
 		requireTools(b, "tar", "zstd")
 		ctx, t := b.Context(), f.benchTree(b)
 		b.SetBytes(t.Bytes)
 		var out countWriter
 		var rss uint64
+		var cpu time.Duration
 		for b.Loop() {
 			out = countWriter{}
 			// Into a pipe, not -f /dev/null: GNU tar does not even
 			// read the files when it writes to /dev/null.
-			peak, err := runPipeline(&out,
+			st, err := runPipeline(&out,
 				exec.CommandContext(ctx, "tar", "-C", t.Dir, "-cf", "-", "."),
 				exec.CommandContext(ctx, "zstd", "-1", "-T0", "-c"))
 			if err != nil {
 				b.Fatal(err)
 			}
-			rss = max(rss, peak)
+			rss = max(rss, st.peakRSS)
+			cpu += st.cpu
 		}
-		baseNs = nsPerOp(b)
+		baseNs, baseSize = nsPerOp(b), out.n
 		b.ReportMetric(float64(t.Bytes)/float64(out.n), "ratio")
 		reportChildRSS(b, rss)
+		reportCPU(b, cpu, "cpu-s/op")
 	})
 	b.Run("local", func(b *testing.B) {
 		t := f.benchTree(b)
-		benchSnapshot(b, f.sandbox(b, localsandbox.Name, sandboxes.Spec{Root: t.Dir}), t)
+		size := benchSnapshot(b, f.sandbox(b, localsandbox.Name, sandboxes.Spec{Root: t.Dir}), t, nil)
 		reportVs(b, baseNs, "tar-zstd-1")
+		reportSizeVs(b, size, baseSize, "tar-zstd-1")
 	})
 	b.Run("docker", func(b *testing.B) {
 		t, snap := f.benchTree(b), f.snapshot(b)
 		sb := f.sandbox(b, dockersandbox.Name, sandboxes.Spec{Name: "sandboxbench-snapshot"})
 		restoreFile(b, sb, snap, t)
-		benchSnapshot(b, sb, t)
+		size := benchSnapshot(b, sb, t, daemonCPU())
 		reportVs(b, baseNs, "tar-zstd-1")
+		reportSizeVs(b, size, baseSize, "tar-zstd-1")
 	})
 }
 
-func benchSnapshot(b *testing.B, sb *sandboxes.Sandbox, t benchTree) {
+// benchSnapshot measures snapshots of sb, the tree t, and returns the size
+// of the last one. daemon, if not nil, is the CPU clock of the Docker
+// daemon, whose share is reported apart.
+func benchSnapshot(b *testing.B, sb *sandboxes.Sandbox, t benchTree, daemon func() time.Duration) int64 {
 	ctx := b.Context()
 	b.SetBytes(t.Bytes)
 	var out countWriter
+	var cpu, dcpu time.Duration
 	mem := startMemProbe()
 	defer mem.finish()
 	for b.Loop() {
 		out = countWriter{}
+		c0, d0 := selfCPU(), clockOf(daemon)
 		info, err := sb.Snapshot(ctx, &out)
+		cpu, dcpu = cpu+selfCPU()-c0, dcpu+clockOf(daemon)-d0
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -165,6 +178,25 @@ func benchSnapshot(b *testing.B, sb *sandboxes.Sandbox, t benchTree) {
 	}
 	mem.report(b)
 	b.ReportMetric(float64(t.Bytes)/float64(out.n), "ratio")
+	reportCPU(b, cpu, "cpu-s/op")
+	reportCPU(b, dcpu, "daemon-cpu-s/op")
+	return out.n
+}
+
+// clockOf reads clock, or gives 0 for none.
+func clockOf(clock func() time.Duration) time.Duration {
+	if clock == nil {
+		return 0
+	}
+	return clock()
+}
+
+// reportSizeVs reports the size of our snapshot over the baseline's as
+// "x-size-<baseline>": 1.05 means 5% larger.
+func reportSizeVs(b *testing.B, size, baseSize int64, baseline string) {
+	if size > 0 && baseSize > 0 {
+		b.ReportMetric(float64(size)/float64(baseSize), "x-size-"+baseline)
+	}
 }
 
 // BenchmarkRestore measures Sandbox.Restore of a snapshot of the generated
@@ -179,6 +211,8 @@ func BenchmarkRestore(b *testing.B) {
 		ctx, t, snap := b.Context(), f.benchTree(b), f.snapshot(b)
 		b.SetBytes(t.Bytes)
 		var rss uint64
+		var cpu time.Duration
+		settle()
 		for b.Loop() {
 			b.StopTimer()
 			dir, err := os.MkdirTemp(f.dir, "zstd-tar-")
@@ -186,44 +220,53 @@ func BenchmarkRestore(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StartTimer()
-			peak, err := runPipeline(nil,
+			st, err := runPipeline(nil,
 				exec.CommandContext(ctx, "zstd", "-d", "-c", snap.path),
 				exec.CommandContext(ctx, "tar", "-C", dir, "-xf", "-"))
 			b.StopTimer()
 			if err != nil {
 				b.Fatal(err)
 			}
-			rss = max(rss, peak)
+			rss = max(rss, st.peakRSS)
+			cpu += st.cpu
 			checkTree(b, dir, t)
 			if err := os.RemoveAll(dir); err != nil {
 				b.Fatal(err)
 			}
+			settle()
 			b.StartTimer()
 		}
 		baseNs = nsPerOp(b)
 		b.ReportMetric(float64(t.Bytes)/float64(snap.size), "ratio")
 		reportChildRSS(b, rss)
+		reportCPU(b, cpu, "cpu-s/op")
 	})
 	b.Run("local", func(b *testing.B) {
-		benchRestore(b, f, localsandbox.Name)
+		benchRestore(b, f, localsandbox.Name, nil)
 		reportVs(b, baseNs, "zstd-tar")
 	})
 	b.Run("docker", func(b *testing.B) {
-		benchRestore(b, f, dockersandbox.Name)
+		benchRestore(b, f, dockersandbox.Name, daemonCPU())
 		reportVs(b, baseNs, "zstd-tar")
 	})
 }
 
-func benchRestore(b *testing.B, f *fixture, backend string) {
+// benchRestore measures restores of the tree's snapshot into fresh
+// sandboxes of backend; daemon is as for benchSnapshot.
+func benchRestore(b *testing.B, f *fixture, backend string, daemon func() time.Duration) {
 	t, snap := f.benchTree(b), f.snapshot(b)
 	b.SetBytes(t.Bytes)
+	var cpu, dcpu time.Duration
+	settle()
 	mem := startMemProbe()
 	defer mem.finish()
 	for b.Loop() {
 		b.StopTimer()
 		sb := f.sandbox(b, backend, sandboxes.Spec{Name: "sandboxbench-restore"})
 		b.StartTimer()
+		c0, d0 := selfCPU(), clockOf(daemon)
 		restoreFile(b, sb, snap, t)
+		cpu, dcpu = cpu+selfCPU()-c0, dcpu+clockOf(daemon)-d0
 		b.StopTimer()
 		if backend == localsandbox.Name {
 			checkTree(b, sb.State().Root, t)
@@ -231,11 +274,21 @@ func benchRestore(b *testing.B, f *fixture, backend string) {
 			checkDockerTree(b, sb, t)
 		}
 		destroy(b, sb)
+		settle()
 		b.StartTimer()
 	}
 	mem.report(b)
 	b.ReportMetric(float64(t.Bytes)/float64(snap.size), "ratio")
+	reportCPU(b, cpu, "cpu-s/op")
+	reportCPU(b, dcpu, "daemon-cpu-s/op")
 }
+
+// settle writes out what the file systems hold dirty (syscall.Sync), off
+// the clock: deleting a restored tree leaves the file system work to do
+// (freeing, and discarding where it is mounted so), which would otherwise
+// land on the next restore, ours or a baseline's, and make restores of many
+// files vary by a factor of two from run to run.
+func settle() { syscall.Sync() }
 
 // restoreFile restores the snapshot file into sb, streaming it from disk.
 func restoreFile(b *testing.B, sb *sandboxes.Sandbox, snap snapshotFile, t benchTree) {

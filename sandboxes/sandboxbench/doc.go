@@ -68,7 +68,12 @@
 // write into it: these benchmarks measure CPU and file system work, not the
 // disk. On file systems where creating a file is slow, that cost, the same
 // for both sides, dominates restores of many small files: TMPDIR chooses
-// where the local backend and the baselines work.
+// where the local backend and the baselines work. That cost also varies
+// with what the file system was doing before (on an ext4 mounted with
+// discard, by a factor of two from one run to the next): restores sync the
+// file systems off the clock before each iteration, so one does not pay
+// for deleting the tree of the one before, and -count=2 shows how far
+// apart runs still are. The CPU metrics below move much less.
 //
 // # Reading the results
 //
@@ -80,6 +85,17 @@
 //     baseline out: the baseline runs first, as the sub-benchmark before.
 //   - ratio: bytes of file contents over bytes of snapshot; the baselines
 //     report their own output's, or the snapshot file's they read.
+//   - x-size-tar-zstd-1: the size of our snapshot over the baseline's
+//     output, from the same run (1.05 means 5% larger).
+//   - cpu-s/op: CPU time (user and system) per operation: of this process
+//     for our code (whatever else it runs meanwhile, which is little), of
+//     the pipeline's commands for the baselines. On a machine shared with
+//     other work, time per operation goes with the share of the cores each
+//     side gets; CPU time much less.
+//   - daemon-cpu-s/op (Docker): the Docker daemon's CPU time per
+//     operation, with the docker-tar and docker-untar processes it runs
+//     for the copy API, where /proc shows it (a daemon on this host). It
+//     counts whatever else the daemon does meanwhile.
 //   - peak-heap-MB (our code): the highest Go heap (live and unswept
 //     objects) sampled every 10ms during the benchmark, after a GC at its
 //     start. It does not grow with the tree: Snapshot and Restore stream.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -158,14 +159,23 @@ func watchPeakRSS(pid int) (stop func() uint64) {
 	}
 }
 
+// pipelineStats is what runPipeline measured of the commands it ran.
+type pipelineStats struct {
+	// peakRSS is the sum of the commands' peak resident set sizes, in
+	// bytes, or 0 where they could not be read.
+	peakRSS uint64
+	// cpu is the user and system time the commands used.
+	cpu time.Duration
+}
+
 // runPipeline runs cmds as a shell runs `c1 | c2 | ...`, each one's
 // standard output piped straight into the next one's standard input, the
-// last one's into out (nil: /dev/null). It returns the sum of the
-// commands' peak resident set sizes (see watchPeakRSS), in bytes, or 0
-// where they cannot be read: the commands of a streaming pipeline all run,
-// at their peak, at once. Running them ourselves rather than through sh
-// gives each one's peak; a shell's would be the largest of them.
-func runPipeline(out io.Writer, cmds ...*exec.Cmd) (peakRSS uint64, err error) {
+// last one's into out (nil: /dev/null). The peak resident set sizes it
+// returns are summed (see watchPeakRSS): the commands of a streaming
+// pipeline all run, at their peak, at once. Running them ourselves rather
+// than through sh gives each one's peak; a shell's would be the largest of
+// them.
+func runPipeline(out io.Writer, cmds ...*exec.Cmd) (st pipelineStats, err error) {
 	var ends []*os.File
 	defer func() {
 		for _, f := range ends {
@@ -181,7 +191,7 @@ func runPipeline(out io.Writer, cmds ...*exec.Cmd) (peakRSS uint64, err error) {
 		}
 		r, w, err := os.Pipe()
 		if err != nil {
-			return 0, err
+			return st, err
 		}
 		ends = append(ends, r, w)
 		c.Stdout, cmds[i+1].Stdin = w, r
@@ -207,14 +217,91 @@ func runPipeline(out io.Writer, cmds ...*exec.Cmd) (peakRSS uint64, err error) {
 		if werr := c.Wait(); werr != nil && err == nil {
 			err = fmt.Errorf("%s: %w: %s", strings.Join(c.Args, " "), werr, bytes.TrimSpace(stderr[i].Bytes()))
 		}
+		if ps := c.ProcessState; ps != nil {
+			st.cpu += ps.UserTime() + ps.SystemTime()
+		}
 		rss := watches[i]()
-		peakRSS += rss
+		st.peakRSS += rss
 		known = known && rss > 0
 	}
 	if !known {
-		peakRSS = 0
+		st.peakRSS = 0
 	}
-	return peakRSS, err
+	return st, err
+}
+
+// selfCPU returns the user and system time this process has used so far,
+// or 0 where it cannot be read.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// daemonCPU returns a clock of the CPU time the Docker daemon has used,
+// with the children it waited for (docker-tar and docker-untar, which
+// archive and extract for the copy API), where this process can read it:
+// Linux, with the daemon on this host. Otherwise it returns nil.
+func daemonCPU() func() time.Duration {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "dockerd" {
+			continue
+		}
+		clock := func() time.Duration { return procCPU(pid) }
+		if clock() == 0 {
+			return nil
+		}
+		return clock
+	}
+	return nil
+}
+
+// procCPU reads utime, stime, cutime and cstime of /proc/<pid>/stat, in
+// clock ticks of 10ms (USER_HZ is 100 on every Linux we run on).
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: fields are
+	// counted from after its closing parenthesis, the state being 3.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 15 {
+		return 0
+	}
+	var ticks int64
+	for _, f := range fields[11:15] { // fields 14 to 17 of proc(5)
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// reportCPU reports the CPU time of the benchmark's operations, total over
+// b.N of them, as unit (cpu-s/op for our process or a baseline's commands,
+// daemon-cpu-s/op for the Docker daemon's share).
+func reportCPU(b *testing.B, total time.Duration, unit string) {
+	if b.N > 0 && total > 0 {
+		b.ReportMetric(total.Seconds()/float64(b.N), unit)
+	}
 }
 
 // reportChildRSS reports the peak resident set of a baseline's commands as
