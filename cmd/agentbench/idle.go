@@ -227,13 +227,13 @@ func measureIdle(ctx context.Context, e *benchEnv, r *report) error {
 	}
 	n := e.s.sessions
 	x := row{ID: "P6", Measure: fmt.Sprintf("%d idle sessions: worker RSS", n), Baseline: "bare worker, as many idle workflows", Unit: "MB",
-		Base: sample{lastBare}, Prod: sample{lastProd}, Ratio: sample{lastProd}, Target: "≤ 150 MB"}
+		Base: sample{lastBare}, Prod: sample{lastProd}, Ratio: sample{lastProd}, Absolute: true, Target: "≤ 150 MB"}
 	ok := lastProd <= 150
 	x.Met = &ok
 	x.Note = fmt.Sprintf("creating the %d sessions (25 at once, one turn each, and as many bare ones) took %s; after the idle timeout %d sandboxes were still up.",
 		n, createTime.Round(time.Second), up)
 	r.add(x)
-	y := row{ID: "P6", Measure: "sandboxes up after the idle timeout", Baseline: "—", Unit: "", Ratio: sample{float64(up)}, Target: "0"}
+	y := row{ID: "P6", Measure: "sandboxes up after the idle timeout", Baseline: "—", Unit: "sandboxes", Ratio: sample{float64(up)}, Absolute: true, Target: "0"}
 	ok2 := up == 0
 	y.Met = &ok2
 	r.add(y)

@@ -35,6 +35,9 @@ type row struct {
 	// compared with the target directly, when Base is empty).
 	Ratio  sample
 	Target string
+	// Absolute says Ratio holds a value in Unit compared with a fixed
+	// target, not a ratio to the baseline.
+	Absolute bool
 	// Met says whether the target is met; nil: no target.
 	Met  *bool
 	Note string
@@ -121,8 +124,8 @@ func (x row) ratioText() string {
 	if len(x.Ratio) == 0 {
 		return "—"
 	}
-	if len(x.Base) == 0 && x.Unit != "" {
-		return stat(x.Ratio, "")
+	if x.Absolute || (len(x.Base) == 0 && x.Unit != "") {
+		return stat(x.Ratio, x.Unit)
 	}
 	return fmt.Sprintf("%s× (%s–%s)", num(x.Ratio.Median()), num(x.Ratio.Min()), num(x.Ratio.Max()))
 }
