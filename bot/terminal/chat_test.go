@@ -143,35 +143,19 @@ func (c *counter) reset() int {
 
 // screen is the terminal: what was printed, and a wait for a line.
 type screen struct {
-	mu  sync.Mutex
-	buf strings.Builder
+	testenv.Buffer
+	from int // clear: what was printed before is not waited for
 }
 
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *screen) clear() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.buf.Reset()
-}
+func (s *screen) clear() { s.from = len(s.String()) }
 
 func (s *screen) wait(ctx context.Context, want string) error {
-	for {
-		s.mu.Lock()
-		ok := strings.Contains(s.buf.String(), want)
-		got := s.buf.String()
-		s.mu.Unlock()
-		if ok {
-			return nil
-		}
+	for !strings.Contains(s.String()[s.from:], want) {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the terminal never printed %q; it shows:\n%s", want, got)
+			return fmt.Errorf("the terminal never printed %q; it shows:\n%s", want, s.String()[s.from:])
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	return nil
 }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentbot/agentbot/bot/terminal"
+	"github.com/agentbot/agentbot/internal/testenv"
 )
 
 // measureTerminalRoundTrips is P9's terminal row: the terminal chat of
@@ -59,25 +59,13 @@ func measureTerminalRoundTrips(ctx context.Context, e *benchEnv, r *report) erro
 
 // lineWatch is a terminal: it keeps what was printed and tells when a
 // line appears.
-type lineWatch struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *lineWatch) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
+type lineWatch struct{ testenv.Buffer }
 
 func (w *lineWatch) wait(ctx context.Context, s string, d time.Duration) error {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		w.mu.Lock()
-		ok := strings.Contains(w.buf.String(), s)
-		w.mu.Unlock()
-		if ok {
-			return nil
+	for !strings.Contains(w.String(), s) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the terminal did not print %q in time", s)
 		}
 		select {
 		case <-ctx.Done():
@@ -85,5 +73,5 @@ func (w *lineWatch) wait(ctx context.Context, s string, d time.Duration) error {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("the terminal did not print %q in time", s)
+	return nil
 }
