@@ -6,7 +6,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,6 +23,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/devserver"
 )
 
@@ -139,6 +143,11 @@ func measureIdle(ctx context.Context, e *benchEnv, r *report) error {
 		"AGENTBOT_HTTP_ADDR=off",
 		"AGENTBOT_LOG_LEVEL=warn",
 	)
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	env = append(env, "AGENTBOT_PPROF_ADDR="+pprofAddr)
 	worker, err := startProcess(ctx, filepath.Join(dir, "worker.log"), env, bin)
 	if err != nil {
 		return err
@@ -215,6 +224,15 @@ func measureIdle(ctx context.Context, e *benchEnv, r *report) error {
 			fmt.Fprintf(os.Stderr, "   P6 %d sessions: worker %.0f MB, bare worker %.0f MB\n", n, pr, br)
 		}
 	}
+	// The worker's heap and goroutines at the end, for pprof.
+	for name, path := range map[string]string{"heap.pprof": "/debug/pprof/heap", "goroutines.txt": "/debug/pprof/goroutine?debug=1"} {
+		if err := fetchTo(ctx, "http://"+pprofAddr+path, filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("worker profile: %w", err)
+		}
+	}
+	if e.s.verbose {
+		fmt.Fprintf(os.Stderr, "   P6 worker profiles: go tool pprof %s; %s\n", filepath.Join(dir, "heap.pprof"), filepath.Join(dir, "goroutines.txt"))
+	}
 	// Sandboxes still up after the idle timeout.
 	for i := 0; i < made; i++ {
 		v, err := sessions.State(ctx, fmt.Sprintf("term:p6-%d", i))
@@ -225,13 +243,33 @@ func measureIdle(ctx context.Context, e *benchEnv, r *report) error {
 			up++
 		}
 	}
+	// What a bounded workflow cache costs: a turn on the oldest session
+	// (pushed out of the worker's cache when there are more sessions than
+	// AGENTBOT_WORKFLOW_CACHE: it replays its history first) against one
+	// on the newest (still cached). Both restart their sandbox.
+	resume := func(i int) (time.Duration, error) {
+		t0 := time.Now()
+		_, err := sessions.SendAndWait(ctx, agentflow.AgentInput{ThreadKey: fmt.Sprintf("term:p6-%d", i), Requester: "U-bench"},
+			agentflow.MessageRequest{ID: fmt.Sprintf("p6-resume-%d", i), Text: "sh: true", Author: "bench", User: "U-bench"})
+		return time.Since(t0), err
+	}
+	oldest, err := resume(0)
+	if err != nil {
+		return fmt.Errorf("resuming an idle session: %w", err)
+	}
+	newest, err := resume(made - 1)
+	if err != nil {
+		return fmt.Errorf("resuming an idle session: %w", err)
+	}
 	n := e.s.sessions
 	x := row{ID: "P6", Measure: fmt.Sprintf("%d idle sessions: worker RSS", n), Baseline: "bare worker, as many idle workflows", Unit: "MB",
 		Base: sample{lastBare}, Prod: sample{lastProd}, Ratio: sample{lastProd}, Absolute: true, Target: "≤ 150 MB"}
 	ok := lastProd <= 150
 	x.Met = &ok
-	x.Note = fmt.Sprintf("creating the %d sessions (25 at once, one turn each, and as many bare ones) took %s; after the idle timeout %d sandboxes were still up.",
-		n, createTime.Round(time.Second), up)
+	x.Note = fmt.Sprintf("creating the %d sessions (25 at once, one turn each, and as many bare ones) took %s; after the idle timeout %d sandboxes were still up. "+
+		"The worker keeps %s sessions' workflow state in memory (AGENTBOT_WORKFLOW_CACHE); a turn on the oldest idle session, which replays its history, took %s, one on the newest %s (both restart the sandbox).",
+		n, createTime.Round(time.Second), up, workflowCache(),
+		oldest.Round(time.Millisecond), newest.Round(time.Millisecond))
 	r.add(x)
 	y := row{ID: "P6", Measure: "sandboxes up after the idle timeout", Baseline: "—", Unit: "sandboxes", Ratio: sample{float64(up)}, Absolute: true, Target: "0"}
 	ok2 := up == 0
@@ -244,3 +282,51 @@ func measureIdle(ctx context.Context, e *benchEnv, r *report) error {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// fetchTo writes what url answers to path.
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// workflowCache is the worker's AGENTBOT_WORKFLOW_CACHE as P6 runs it.
+func workflowCache() string {
+	if v := os.Getenv("AGENTBOT_WORKFLOW_CACHE"); v != "" {
+		return v
+	}
+	for _, v := range config.Vars {
+		if v.Name == "AGENTBOT_WORKFLOW_CACHE" {
+			return v.Default + " (the default)"
+		}
+	}
+	return "?"
+}

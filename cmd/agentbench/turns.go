@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
@@ -97,6 +99,15 @@ func measureTurnOverhead(ctx context.Context, e *benchEnv, r *report) error {
 	}
 	if e.s.verbose {
 		fmt.Fprintf(os.Stderr, "   P1 agentbot history: %s\n   P1 bare history: %s\n", sortedKeys(pt), sortedKeys(bt))
+		for _, w := range []struct {
+			name string
+			c    client.Client
+			id   string
+		}{{"agentbot", e.workerClient, agentflow.AgentWorkflowID(thread)}, {"bare", e.bareClient, bareID}} {
+			if tl, err := lastTurnTimeline(ctx, w.c, w.id); err == nil {
+				fmt.Fprintf(os.Stderr, "   P1 %s: the last turn's events\n%s", w.name, tl)
+			}
+		}
 	}
 	turnsP, turnsB := float64(runs+1), float64(runs+1)
 	h := row{ID: "P1", Measure: "history per turn: events / KB", Baseline: "bare workflow",
@@ -286,4 +297,42 @@ func sortedKeys(m map[string]int) string {
 	}
 	sort.Strings(ks)
 	return strings.Join(ks, ", ")
+}
+
+// lastTurnTimeline lists the events of a workflow's history from its last
+// message in (signal or update) to its end, each with its time from the
+// first of them: where a turn's time goes, for -v.
+func lastTurnTimeline(ctx context.Context, c client.Client, id string) (string, error) {
+	var evs []*historypb.HistoryEvent
+	it := c.GetWorkflowHistory(ctx, id, "", false, 0)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return "", err
+		}
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+			evs = evs[:0]
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) == 0 {
+		return "", nil
+	}
+	var b strings.Builder
+	t0 := evs[0].GetEventTime().AsTime()
+	for _, ev := range evs {
+		what := strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_")
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			what += " " + a.GetActivityType().GetName()
+		}
+		if a := ev.GetMarkerRecordedEventAttributes(); a != nil {
+			what += " " + a.GetMarkerName()
+		}
+		if a := ev.GetTimerStartedEventAttributes(); a != nil {
+			what += " " + a.GetStartToFireTimeout().AsDuration().String()
+		}
+		fmt.Fprintf(&b, "     %7.1f ms  %s\n", float64(ev.GetEventTime().AsTime().Sub(t0).Microseconds())/1000, what)
+	}
+	return b.String(), nil
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/agentbot/agentbot/bot/terminal"
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
+	"github.com/agentbot/agentbot/internal/debugserver"
 	"github.com/agentbot/agentbot/internal/devserver"
 	"github.com/agentbot/agentbot/internal/health"
 	"github.com/agentbot/agentbot/internal/logging"
@@ -166,6 +167,13 @@ func run(environ []string) error {
 			}
 			defer stopMetrics()
 		}
+	}
+	if cfg.PprofAddr != "" {
+		_, stopPprof, err := debugserver.Serve(cfg.PprofAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
 	}
 	tc, err := temporalclient.Dial(ctx, cfg, addr, tlog.NewStructuredLogger(logger), tracing.WithTemporal, metrics.WithTemporal)
 	if err != nil {

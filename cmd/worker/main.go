@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
+	"github.com/agentbot/agentbot/internal/debugserver"
 	"github.com/agentbot/agentbot/internal/health"
 	"github.com/agentbot/agentbot/internal/logging"
 	"github.com/agentbot/agentbot/internal/secretenv"
@@ -129,6 +130,13 @@ func run(environ []string) error {
 			return err
 		}
 		defer stopMetrics()
+	}
+	if cfg.PprofAddr != "" {
+		_, stopPprof, err := debugserver.Serve(cfg.PprofAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
 	}
 	var meter metric.Meter
 	if metrics != nil {

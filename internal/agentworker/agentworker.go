@@ -193,6 +193,9 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 	// On Stop the worker stops polling at once and lets what runs finish
 	// within the drain period: a deploy does not cancel a shell command
 	// (which is never run twice) nor a model call.
+	// The sticky cache is the process's, made with its first worker: the
+	// size holds for every worker of the process created after this.
+	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCache)
 	wk.w = worker.New(tc, agentflow.TaskQueue, worker.Options{
 		WorkerStopTimeout: cfg.DrainTimeout,
 		// A fatal error (the namespace is gone, say) stops the worker:

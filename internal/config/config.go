@@ -156,6 +156,13 @@ type Config struct {
 	// MetricsAddr is the listen address of /metrics; empty means off. When
 	// it equals HTTPAddr, /metrics is served by that server.
 	MetricsAddr string
+	// PprofAddr is the listen address of Go's runtime profiles
+	// (/debug/pprof/); empty means off.
+	PprofAddr string
+	// WorkflowCache is how many sessions' workflow states a worker keeps
+	// in memory between their tasks (Temporal's sticky cache); a session
+	// pushed out replays its history at its next task.
+	WorkflowCache int
 	// TraceContent lets message text and command output into span
 	// attributes; off, spans carry IDs, names and counts only.
 	TraceContent bool
@@ -240,6 +247,8 @@ var Vars = []Var{
 	{"AGENTBOT_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"AGENTBOT_LOG_FORMAT", "text", "text or json (one JSON object a line, fixed keys; the chart's default)"},
 	{"AGENTBOT_METRICS_ADDR", "(off)", "listen address of /metrics (Prometheus text format), e.g. :9090; the same as AGENTBOT_HTTP_ADDR shares that server"},
+	{"AGENTBOT_PPROF_ADDR", "(off)", "listen address of Go's runtime profiles (/debug/pprof/: heap, CPU, goroutines), e.g. 127.0.0.1:6060; keep it on loopback"},
+	{"AGENTBOT_WORKFLOW_CACHE", "500", "worker: sessions whose workflow state stays in memory between turns (Temporal's sticky cache); beyond it the least recently used replay their history at their next turn"},
 	{"AGENTBOT_TRACE_CONTENT", "false", "true: message text and command output may enter trace span attributes (off: IDs, names and counts only)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "(empty: no traces)", "OTLP collector base URL (http://collector:4318 for http/protobuf, http://collector:4317 for grpc): traces are on when this or _TRACES_ENDPOINT is set"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "(OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces)", "OTLP traces URL, used as it is"},
@@ -392,6 +401,8 @@ func Load(environ []string) (Config, error) {
 		AllowEveryone:      boolean("AGENTBOT_ALLOW_EVERYONE"),
 		LogFormat:          get("AGENTBOT_LOG_FORMAT", "text"),
 		MetricsAddr:        get("AGENTBOT_METRICS_ADDR", ""),
+		PprofAddr:          get("AGENTBOT_PPROF_ADDR", ""),
+		WorkflowCache:      int(num("AGENTBOT_WORKFLOW_CACHE", 500)),
 		TraceContent:       boolean("AGENTBOT_TRACE_CONTENT"),
 	}
 	switch s := get("TEMPORAL_TLS", ""); s {
@@ -494,6 +505,14 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("AGENTBOT_METRICS_ADDR %q: want host:port or :port", c.MetricsAddr))
 		}
+	}
+	if c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
+			errs = append(errs, fmt.Errorf("AGENTBOT_PPROF_ADDR %q: want host:port or :port", c.PprofAddr))
+		}
+	}
+	if c.WorkflowCache < 1 {
+		errs = append(errs, fmt.Errorf("AGENTBOT_WORKFLOW_CACHE %d: want at least 1", c.WorkflowCache))
 	}
 	if c.HTTPAddr != "off" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {

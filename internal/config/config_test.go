@@ -17,7 +17,8 @@ func TestLoad(t *testing.T) {
 		{name: "defaults", check: func(t *testing.T, c Config) {
 			if c.TemporalAddress != "" || c.StateDir != "/home/u/.local/state/agentbot" ||
 				c.BlobURL != "file:///home/u/.local/state/agentbot/blobs" || c.ModelAPI != "chat" ||
-				c.IdleTimeout != 30*time.Minute || c.DefaultBackend != "local" || c.DockerNetwork != "none" {
+				c.IdleTimeout != 30*time.Minute || c.DefaultBackend != "local" || c.DockerNetwork != "none" ||
+				c.WorkflowCache != 500 || c.PprofAddr != "" {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},
@@ -51,6 +52,13 @@ func TestLoad(t *testing.T) {
 		}},
 		{name: "bad redis url", env: []string{"REDIS_URL=localhost:6379"}, wantErr: []string{"redis://"}},
 		{name: "bad log level", env: []string{"AGENTBOT_LOG_LEVEL=loud"}, wantErr: []string{"AGENTBOT_LOG_LEVEL"}},
+		{name: "workflow cache and profiles", env: []string{"AGENTBOT_WORKFLOW_CACHE=250", "AGENTBOT_PPROF_ADDR=127.0.0.1:6060"}, check: func(t *testing.T, c Config) {
+			if c.WorkflowCache != 250 || c.PprofAddr != "127.0.0.1:6060" {
+				t.Fatalf("cache %d, pprof %q", c.WorkflowCache, c.PprofAddr)
+			}
+		}},
+		{name: "bad workflow cache and profile address", env: []string{"AGENTBOT_WORKFLOW_CACHE=0", "AGENTBOT_PPROF_ADDR=6060"},
+			wantErr: []string{"AGENTBOT_WORKFLOW_CACHE 0", "AGENTBOT_PPROF_ADDR"}},
 
 		// The local backend is a shell on this machine: on by default in
 		// the terminal, off while serving a chat platform unless asked for.

@@ -264,6 +264,7 @@ agentbot.workerEnv: the worker's non-secret variables.
 {{- $v := .Values }}
 {{- include "agentbot.commonEnv" . }}
 AGENTBOT_DRAIN_TIMEOUT: {{ printf "%ds" (int $v.worker.drainTimeoutSeconds) | quote }}
+AGENTBOT_WORKFLOW_CACHE: {{ int $v.worker.workflowCache | quote }}
 {{- with $v.blobStore.url }}
 AGENTBOT_BLOB_URL: {{ . | quote }}
 {{- end }}
