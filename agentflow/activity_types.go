@@ -118,6 +118,9 @@ type ToolResult struct {
 	Mutating bool `json:"mutating,omitempty"`
 	// Summary is a short line for progress messages ("exit 0 in 1.2s").
 	Summary string `json:"summary,omitempty"`
+	// Fingerprint is the workspace's fingerprint after the call, when it
+	// could be taken quickly (see SnapshotResult.Fingerprint).
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // MaxToolOutput bounds a tool result as the model reads it; longer outputs

@@ -1380,7 +1380,7 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 			}
 		}
 		if c.Name != "read_file" {
-			w.Dirty = true
+			w.Dirty = !w.matchesSnapshot(ctx, r, err)
 		}
 		switch {
 		case err != nil && turnCtx.Err() != nil:
@@ -1414,6 +1414,17 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 	}
 	w.progress(ctx, turn, TurnRunning, false)
 	return out
+}
+
+// matchesSnapshot says a tool call left the workspace as the session's
+// snapshot has it: the fingerprint the call reported is the snapshot's
+// (since changeToolFingerprint; before, every call made the workspace
+// dirty).
+func (w *agent) matchesSnapshot(ctx workflow.Context, r ToolResult, err error) bool {
+	if err != nil || r.Fingerprint == "" || w.SnapshotKey == "" || r.Fingerprint != w.SnapshotFingerprint {
+		return false
+	}
+	return workflow.GetVersion(ctx, changeToolFingerprint, workflow.DefaultVersion, 1) >= 1
 }
 
 func (w *agent) runTool(turnCtx workflow.Context, turn, step int, c ToolCall) (ToolResult, error) {
@@ -1532,18 +1543,38 @@ func (w *agent) startOutbox(ctx workflow.Context) {
 	}
 	w.postedProgress = map[string]bool{}
 	lastEdit := map[string]time.Time{}
+	perMessage := workflow.GetVersion(ctx, changePacePerMessage, workflow.DefaultVersion, 1) >= 1
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			if err := workflow.Await(ctx, func() bool { return len(w.progressLane.queue) > 0 }); err != nil {
 				return
 			}
-			w.progressLane.sending = true
-			m := w.progressLane.queue[0]
-			if wait := time.Second - workflow.Now(ctx).Sub(lastEdit[m.Key]); wait > 0 && !lastEdit[m.Key].IsZero() {
-				_ = workflow.Sleep(ctx, wait)
-				m = w.progressLane.queue[0] // a newer state may have replaced it meanwhile
+			var m Outbound
+			if perMessage {
+				// The first queued message whose last edit is a second
+				// old (or that was never posted) goes; when all wait,
+				// sleep until the first is due or an unposted one comes.
+				i, due := nextProgress(w.progressLane.queue, lastEdit, workflow.Now(ctx))
+				if i < 0 {
+					if _, err := workflow.AwaitWithTimeout(ctx, due, func() bool {
+						return slices.ContainsFunc(w.progressLane.queue, func(m Outbound) bool { return lastEdit[m.Key].IsZero() })
+					}); err != nil {
+						return
+					}
+					continue
+				}
+				w.progressLane.sending = true
+				m = w.progressLane.queue[i]
+				w.progressLane.queue = slices.Delete(w.progressLane.queue, i, i+1)
+			} else {
+				w.progressLane.sending = true
+				m = w.progressLane.queue[0]
+				if wait := time.Second - workflow.Now(ctx).Sub(lastEdit[m.Key]); wait > 0 && !lastEdit[m.Key].IsZero() {
+					_ = workflow.Sleep(ctx, wait)
+					m = w.progressLane.queue[0] // a newer state may have replaced it meanwhile
+				}
+				w.progressLane.queue = w.progressLane.queue[1:]
 			}
-			w.progressLane.queue = w.progressLane.queue[1:]
 			w.progressSending = m.Key
 			if err := w.send(ctx, m); err != nil {
 				w.logger.Warn("chat delivery failed", "key", m.Key, "error", err)
@@ -1610,6 +1641,29 @@ func (w *agent) startOutbox(ctx workflow.Context) {
 			w.answers.sending = false
 		}
 	})
+}
+
+// progressEvery is the least time between two edits of one progress
+// message: Slack allows about one a second per message.
+const progressEvery = time.Second
+
+// nextProgress picks the queued progress message to send at now: the
+// first one never posted or last edited progressEvery ago or more (i), or
+// none (i < 0) and how long until the first of them is due.
+func nextProgress(queue []Outbound, lastEdit map[string]time.Time, now time.Time) (i int, due time.Duration) {
+	due = progressEvery
+	for i, m := range queue {
+		last, ok := lastEdit[m.Key]
+		if !ok || last.IsZero() {
+			return i, 0
+		}
+		wait := progressEvery - now.Sub(last)
+		if wait <= 0 {
+			return i, 0
+		}
+		due = min(due, wait)
+	}
+	return -1, due
 }
 
 // Bounds of AgentState.Undelivered.

@@ -570,6 +570,15 @@ const (
 	changePolicyDelivery = "policy-delivery"
 	// changeLocalDelivery sends the outbox through local activities.
 	changeLocalDelivery = "local-delivery"
+	// changePacePerMessage: the progress lane paces edits per message
+	// without holding other messages behind one that waits its second:
+	// a turn's first progress post (and so its answer) no longer waits
+	// for the previous turn's last edit.
+	changePacePerMessage = "pace-per-message"
+	// changeToolFingerprint: a tool call that leaves the workspace with
+	// its snapshot's fingerprint (ToolResult.Fingerprint) does not make it
+	// dirty, so the turn runs no SnapshotSandbox.
+	changeToolFingerprint = "tool-fingerprint"
 )
 
 // MemoSession is the memo field of an AgentWorkflow that holds its

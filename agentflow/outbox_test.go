@@ -2,6 +2,8 @@ package agentflow_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -141,4 +143,57 @@ func TestWorkflowUndeliveredAnswer(t *testing.T) {
 		notice += m.Text.Inline
 	}
 	expectIn(t, "notice", notice, "an earlier answer (turn 1) could not be delivered", "first-answer", "export")
+}
+
+// TestWorkflowAnswerNotBehindPacedEdit: a turn's last progress edit waits
+// for its second (one edit a second per message), and the next turn, sent
+// at once, neither posts its progress message nor its answer behind that
+// wait. Before changePacePerMessage the progress lane slept on the first
+// queued edit, holding every later turn's progress, and so its answer, up
+// to a second (a third of a quick turn's time in agentbench's P1).
+func TestWorkflowAnswerNotBehindPacedEdit(t *testing.T) {
+	p := newParts(t, nil)
+	fault := &chatFault{next: p.acts.Chat["term"]}
+	p.acts.Chat = map[string]agentflow.ChatSender{"term": fault}
+	e := p.newEnv("term:paced")
+	ok := func(r agentflow.TurnResult) {
+		if r.Status != agentflow.TurnDone {
+			t.Errorf("turn %d: %+v", r.Turn, r)
+		}
+	}
+	if err := e.runAgent(agentflow.AgentInput{},
+		e.turn("m1", "sh: true", ok),
+		e.turn("m2", "sh: true", ok),
+		e.destroy(),
+	); err != nil {
+		t.Fatal(err)
+	}
+	fault.mu.Lock()
+	seen := slices.Clone(fault.seen)
+	fault.mu.Unlock()
+	at := func(what string, match func(m agentflow.Outbound) bool) int {
+		t.Helper()
+		i := slices.IndexFunc(seen, match)
+		if i < 0 {
+			t.Fatalf("no %s among the deliveries", what)
+		}
+		return i
+	}
+	lastEdit1 := at("final progress edit of turn 1", func(m agentflow.Outbound) bool {
+		return m.Kind == agentflow.OutboundProgress && m.Turn == 1 && m.Final
+	})
+	progress2 := at("progress message of turn 2", func(m agentflow.Outbound) bool {
+		return m.Kind == agentflow.OutboundProgress && m.Turn == 2
+	})
+	answer2 := at("answer of turn 2", func(m agentflow.Outbound) bool {
+		return m.Kind == agentflow.OutboundAnswer && m.Turn == 2
+	})
+	if progress2 > lastEdit1 || answer2 > lastEdit1 {
+		var order []string
+		for _, m := range seen {
+			order = append(order, fmt.Sprintf("%s/%d/final=%v", m.Kind, m.Turn, m.Final))
+		}
+		t.Fatalf("turn 2's progress (#%d) and answer (#%d) waited for turn 1's paced last edit (#%d): %v",
+			progress2, answer2, lastEdit1, order)
+	}
 }

@@ -22,6 +22,7 @@ func TestSnapshotOnlyWhenChanged(t *testing.T) {
 	if first == "" {
 		t.Fatal("no snapshot after a turn that wrote a file")
 	}
+	before := snapshotActivities(t, r, thread)
 	for _, text := range []string{"sh: true", "sh: cat a.txt", "read: a.txt"} {
 		if res := r.send(thread, text); res.Status != agentflow.TurnDone {
 			t.Fatalf("%q: %s %s", text, res.Status, res.Error)
@@ -29,6 +30,12 @@ func TestSnapshotOnlyWhenChanged(t *testing.T) {
 		if got := r.state(thread).Snapshot; got != first {
 			t.Errorf("after %q, which changes nothing, the snapshot is %s, want still %s", text, got, first)
 		}
+	}
+	// The commands reported the snapshot's fingerprint: the turns ran no
+	// SnapshotSandbox at all (changeToolFingerprint; before, each shell
+	// turn ran one, only to find nothing changed).
+	if n := snapshotActivities(t, r, thread) - before; n != 0 {
+		t.Errorf("turns that changed nothing ran SnapshotSandbox %d times, want 0", n)
 	}
 	if !blobExists(t, r, first) {
 		t.Fatalf("the kept snapshot %s is not in the blob store", first)
@@ -46,7 +53,24 @@ func TestSnapshotOnlyWhenChanged(t *testing.T) {
 			t.Errorf("change %d: the replaced snapshot %s is still stored", i, prev)
 		}
 	}
+}
 
+// snapshotActivities counts the SnapshotSandbox activities in a session's
+// history.
+func snapshotActivities(t *testing.T, r *rig, thread string) int {
+	t.Helper()
+	n := 0
+	it := r.tc.GetWorkflowHistory(context.Background(), agentflow.AgentWorkflowID(thread), "", false, 0)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "SnapshotSandbox" {
+			n++
+		}
+	}
+	return n
 }
 
 func blobExists(t *testing.T, r *rig, key string) bool {

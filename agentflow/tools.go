@@ -59,6 +59,26 @@ var Tools = []llm.Tool{
 	},
 }
 
+// toolFingerprint is the workspace's fingerprint after a call that may
+// have changed it (in the form of SnapshotResult.Fingerprint), or "" when
+// the backend has none or it takes longer than toolFingerprintBudget: the
+// workflow then leaves the question to SnapshotSandbox. When it equals the
+// fingerprint of the session's snapshot, the turn needs no snapshot and
+// skips that activity (a read-only command, the usual case).
+func (a *Activities) toolFingerprint(ctx context.Context, sb *sandboxes.Sandbox) string {
+	ctx, cancel := context.WithTimeout(ctx, toolFingerprintBudget)
+	defer cancel()
+	f, err := sb.Fingerprint(ctx)
+	if err != nil {
+		return ""
+	}
+	return sb.ID() + ":" + f
+}
+
+// toolFingerprintBudget bounds what toolFingerprint adds to a tool call: a
+// local workspace of 200 MB in 20,000 files takes 10-50 ms.
+const toolFingerprintBudget = 200 * time.Millisecond
+
 // maxReadFile bounds read_file.
 const maxReadFile = 4 << 20
 
@@ -103,6 +123,11 @@ func (a *Activities) RunTool(ctx context.Context, in ToolInput) (res ToolResult,
 	if err != nil {
 		return res, sandboxErr(err)
 	}
+	defer func() {
+		if err == nil && in.Call.Name != "read_file" {
+			res.Fingerprint = a.toolFingerprint(ctx, sb)
+		}
+	}()
 	switch in.Call.Name {
 	case "shell":
 		var p struct {
