@@ -383,14 +383,16 @@ func TestInboundHTTPInteractions(t *testing.T) {
 	}
 	body := []byte(`{"id":"77","application_id":"` + srv.Options().AppID + `","type":2,"token":"t","channel_id":"1",` +
 		`"data":{"name":"agent","type":1,"options":[{"type":1,"name":"stop"}]}}`)
-	for _, mode := range []fakediscord.SignMode{fakediscord.SignTampered, fakediscord.SignNone} {
+	// A valid signature over a timestamp six minutes old (a replay) or
+	// ahead is refused all the same.
+	for _, mode := range []fakediscord.SignMode{fakediscord.SignTampered, fakediscord.SignNone, fakediscord.SignStale, fakediscord.SignFuture} {
 		resp, err := srv.PostInteraction(url, body, mode)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("status %d, want 401", resp.StatusCode)
+			t.Fatalf("sign mode %d: status %d, want 401", mode, resp.StatusCode)
 		}
 	}
 	rec.none(t)

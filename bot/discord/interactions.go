@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +63,13 @@ func (in *Inbound) HTTPHandler() http.Handler {
 		if in.pubKey == nil || !discordgo.VerifyInteraction(r, in.pubKey) {
 			in.metrics.Refused(r.Context(), Platform, bot.RefusedSignature)
 			http.Error(w, "invalid request signature", http.StatusUnauthorized)
+			return
+		}
+		// The signature covers the timestamp: one outside the window is
+		// a captured request sent again (Slack's rule, 5 minutes).
+		if !freshTimestamp(r.Header.Get("X-Signature-Timestamp"), time.Now()) {
+			in.metrics.Refused(r.Context(), Platform, bot.RefusedSignature)
+			http.Error(w, "request timestamp outside the allowed window", http.StatusUnauthorized)
 			return
 		}
 		body, err := io.ReadAll(r.Body)
@@ -372,4 +380,18 @@ func (r *interactionReplier) call(ctx context.Context, op string, f func(...disc
 			return ctx.Err()
 		}
 	}
+}
+
+// maxRequestAge is how far a signed request's timestamp may be from now.
+const maxRequestAge = 5 * time.Minute
+
+// freshTimestamp says a request's X-Signature-Timestamp (Unix seconds) is
+// within maxRequestAge of now.
+func freshTimestamp(ts string, now time.Time) bool {
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return false
+	}
+	d := now.Sub(time.Unix(sec, 0))
+	return d <= maxRequestAge && d >= -maxRequestAge
 }

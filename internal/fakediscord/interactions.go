@@ -533,6 +533,11 @@ const (
 	SignTampered
 	// SignNone sends no signature headers.
 	SignNone
+	// SignStale signs validly a request whose timestamp is six minutes
+	// old: a captured request replayed later.
+	SignStale
+	// SignFuture signs validly a request timestamped six minutes ahead.
+	SignFuture
 )
 
 func (s *Server) signedRequest(url string, body []byte, mode SignMode) (*http.Request, error) {
@@ -549,6 +554,14 @@ func (s *Server) signedRequest(url string, body []byte, mode SignMode) (*http.Re
 		req.Header.Set("X-Signature-Timestamp", ts)
 	case SignTampered:
 		req.Header.Set("X-Signature-Ed25519", Sign(s.opts.PrivateKey, ts, append(append([]byte{}, body...), ' ')))
+		req.Header.Set("X-Signature-Timestamp", ts)
+	case SignStale, SignFuture:
+		skew := -6 * time.Minute
+		if mode == SignFuture {
+			skew = -skew
+		}
+		ts = strconv.FormatInt(time.Now().Add(skew).Unix(), 10)
+		req.Header.Set("X-Signature-Ed25519", Sign(s.opts.PrivateKey, ts, body))
 		req.Header.Set("X-Signature-Timestamp", ts)
 	}
 	return req, nil
