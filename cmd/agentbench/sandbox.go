@@ -263,7 +263,7 @@ func measureSnapshot(ctx context.Context, e *benchEnv, r *report) error {
 	r.add(cp)
 	add("P4", fmt.Sprintf("restore %d MB, local", mb), "zstd -d | tar -x", baseR, localR, 1.2)
 	r.rows[len(r.rows)-1].Note = fmt.Sprintf("restores create ~20k files: their time is the disk's, which varies run to run here "+
-		"(the baseline restore took %s to %s); `go test -bench Restore ./sandboxes/sandboxbench/` on tmpfs shows the product's own cost.",
+		"(the baseline restore took %s to %s); `TMPDIR=/dev/shm go test -bench Restore ./sandboxes/sandboxbench/` (tmpfs) shows the product's own cost.",
 		slices.Min(baseR).Round(time.Millisecond), slices.Max(baseR).Round(time.Millisecond))
 	add("P4", fmt.Sprintf("restore %d MB, docker", mb), "zstd -d | tar -x", baseR, dockerR, 1.2)
 	size := row{ID: "P4", Measure: "snapshot size", Baseline: "zstd -1's size", Unit: "MB",
