@@ -141,6 +141,10 @@ type prepared struct {
 // prepare reads the command an interaction stands for; ok is false for
 // interactions the adapter does not handle (other commands, autocomplete).
 func (in *Inbound) prepare(i *discordgo.Interaction) (prepared, bool) {
+	// Its channel and guild become the thread key: Discord's IDs only.
+	if !validSnowflake(i.ChannelID) || (i.GuildID != "" && !validSnowflake(i.GuildID)) {
+		return prepared{}, false
+	}
 	text, ok := commandText(i)
 	if !ok {
 		return prepared{}, false

@@ -33,3 +33,18 @@ func ParseThreadKey(key string) (guild, channel string, err error) {
 	}
 	return parts[1], parts[2], nil
 }
+
+// validSnowflake says s is shaped like a Discord ID (a snowflake: up to 20
+// decimal digits). Only such IDs may enter a thread key: a ':' in one
+// would make a key that names another channel.
+func validSnowflake(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -83,7 +83,8 @@ func (in *Inbound) onCallback(ctx context.Context, env envelope) {
 // events the bot ignores.
 func eventOf(id *identity, env envelope) (ev bot.Event, ok bool) {
 	m := env.Event
-	if env.Type != "event_callback" || m.Channel == "" || m.TS == "" {
+	// Slack's own IDs only: they become the thread key.
+	if env.Type != "event_callback" || !validChannel(m.Channel) || !validTS(m.TS) || (m.ThreadTS != "" && !validTS(m.ThreadTS)) {
 		return bot.Event{}, false
 	}
 	switch m.Type {
@@ -223,6 +224,10 @@ func (in *Inbound) onSlash(ctx context.Context, cmd slack.SlashCommand) {
 		in.log.Error("cannot handle a slash command without knowing the bot", "trigger_id", cmd.TriggerID, "error", err)
 		return
 	}
+	if !validChannel(cmd.ChannelID) {
+		in.log.Warn("ignored a slash command from a channel that is no Slack channel ID", "trigger_id", cmd.TriggerID)
+		return
+	}
 	text := strings.TrimSpace(unescape(cmd.Text))
 	ev := bot.Event{ID: cmd.TriggerID, Platform: Platform, Kind: bot.KindCommand, Channel: cmd.ChannelID,
 		User: cmd.UserID, Text: text}
@@ -293,13 +298,13 @@ func interactionEvents(id *identity, cb slack.InteractionCallback) []bot.Event {
 	if channel == "" {
 		channel = cb.Container.ChannelID
 	}
-	if channel == "" || cb.User.ID == "" {
+	if !validChannel(channel) || cb.User.ID == "" {
 		return nil
 	}
 	switch cb.Type {
 	case slack.InteractionTypeBlockActions:
 		root := firstOf(cb.Message.ThreadTimestamp, cb.Container.ThreadTs, cb.Message.Timestamp, cb.Container.MessageTs)
-		if root == "" {
+		if !validTS(root) {
 			return nil
 		}
 		var evs []bot.Event
@@ -317,7 +322,7 @@ func interactionEvents(id *identity, cb slack.InteractionCallback) []bot.Event {
 			return nil
 		}
 		root := firstOf(cb.Message.ThreadTimestamp, cb.Message.Timestamp, cb.MessageTs)
-		if root == "" {
+		if !validTS(root) {
 			return nil
 		}
 		return []bot.Event{{ID: cb.TriggerID, Platform: Platform, Kind: bot.KindCommand,
