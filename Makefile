@@ -1,5 +1,5 @@
 # The commands of the README.
-.PHONY: run test reliability long bench bench-quick
+.PHONY: run test reliability long fuzz bench bench-quick
 
 # run: the embedded default — a Temporal dev server, an in-process worker,
 # the local sandbox and a terminal chat. Needs a model endpoint
@@ -29,6 +29,13 @@ long:
 	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
 		go test -race -count=1 -v -timeout 90m -run '^(TestLongSession|TestManagerControlLoad)$$' ./agentflow/ \
 		-long-turns=600 -control-requests=5000
+
+# fuzz: every fuzz target (the command grammar, the Slack and Discord
+# payload parsers, chat rendering and chunking, the snapshot checker, a
+# real local restore) for FUZZTIME each; make test runs them 8s each.
+FUZZTIME ?= 2m
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
 
 # bench: what agentbot adds to the work it does, next to baselines in the
 # same run (cmd/agentbench: a bare Temporal workflow, tar/zstd, the docker

@@ -54,4 +54,8 @@ go test -race -count=1 -p 1 -timeout 45m "$@"
 if (($# == 1)) && [[ "$1" == "./..." ]]; then
 	echo "== agentflow with TEMPORAL_SDK_FLAG_6=1" >&2
 	TEMPORAL_SDK_FLAG_6=1 go test -race -count=1 -timeout 30m -skip 'TestLongSession' ./agentflow/
+	# Every fuzz target a little (make fuzz runs them long); their seeds
+	# and testdata/fuzz corpora ran above as plain tests.
+	echo "== fuzz, ${AGENTBOT_FUZZTIME:-8s} a target" >&2
+	"$root/scripts/fuzz.sh" "${AGENTBOT_FUZZTIME:-8s}"
 fi

@@ -117,7 +117,7 @@ type tarEntry struct {
 	mtime time.Time
 }
 
-func makeTar(t *testing.T, entries ...tarEntry) []byte {
+func makeTar(t testing.TB, entries ...tarEntry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
