@@ -172,6 +172,16 @@ func TestDockerHardening(t *testing.T) {
 	if hc.Init == nil || !*hc.Init {
 		t.Error("Init is not set: zombies would not be reaped")
 	}
+	// Nothing of the host's but the workspace volume: above all no Docker
+	// socket, which would be root on the host.
+	for _, m := range ins.Mounts {
+		if strings.Contains(m.Source, "docker.sock") || strings.Contains(m.Destination, "docker.sock") || m.Type == "bind" {
+			t.Errorf("mount %+v: want no bind mount and no Docker socket", m)
+		}
+	}
+	if out := sh(t, sb, "ls /var/run/docker.sock /run/docker.sock 2>/dev/null; true"); strings.TrimSpace(out) != "" {
+		t.Errorf("a Docker socket inside the sandbox: %q", out)
+	}
 	if got := ins.Config.Labels[dockersandbox.LabelSandbox]; got != "true" {
 		t.Errorf("label %s = %q", dockersandbox.LabelSandbox, got)
 	}
