@@ -1,6 +1,7 @@
 package agentflow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ type Client struct {
 	// Policy is the configured tenant policy: Control hands it to the
 	// manager (the base that admins' changes apply to).
 	Policy *TenantPolicy
+	// DataConverter decodes what the client reads outside the SDK's own
+	// calls (the sessions' memos, in List): the one tc was made with
+	// (nil: Temporal's default).
+	DataConverter converter.DataConverter
 }
 
 // NewClient wraps a Temporal client.
@@ -409,7 +414,7 @@ func (c *Client) List(ctx context.Context, threadKey string) ([]SessionEntry, er
 			seen[id] = true
 			e := SessionEntry{ThreadKey: strings.TrimPrefix(id, "agent/"), WorkflowID: id, Status: StatusIdle}
 			if f := ex.GetMemo().GetFields()[MemoSession]; f != nil {
-				if err := converter.GetDefaultDataConverter().FromPayload(f, &e); err != nil {
+				if err := cmp.Or(c.DataConverter, converter.GetDefaultDataConverter()).FromPayload(f, &e); err != nil {
 					return nil, fmt.Errorf("reading the memo of %s: %w", id, err)
 				}
 			}

@@ -1,6 +1,7 @@
 package agentflow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,6 +173,9 @@ type SessionGaugeOptions struct {
 	// Timeout bounds one sample (default 5 s); a sample that fails or
 	// times out leaves the last one in place.
 	Timeout time.Duration
+	// DataConverter decodes the sessions' memos: the one the Temporal
+	// client was made with (nil: Temporal's default).
+	DataConverter converter.DataConverter
 	// MaxSessions bounds the sessions one sample reads (default 10,000):
 	// past it the counts are of the newest sessions only.
 	MaxSessions int
@@ -238,7 +242,7 @@ func (s *sessionSampler) counts(ctx context.Context) []sessionCount {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	counts, err := countSessions(ctx, s.tc, s.opts.MaxSessions)
+	counts, err := countSessions(ctx, s.tc, cmp.Or(s.opts.DataConverter, converter.GetDefaultDataConverter()), s.opts.MaxSessions)
 	if err != nil {
 		s.opts.Logger.Debug("sampling the sessions for metrics failed; keeping the last sample", "error", err)
 		// Try again at the next scrape, not at once.
@@ -251,7 +255,7 @@ func (s *sessionSampler) counts(ctx context.Context) []sessionCount {
 
 // countSessions counts the sessions of every tenant by state, reading at
 // most max executions of AgentWorkflow from visibility (newest first).
-func countSessions(ctx context.Context, tc client.Client, max int) ([]sessionCount, error) {
+func countSessions(ctx context.Context, tc client.Client, dc converter.DataConverter, max int) ([]sessionCount, error) {
 	query := "WorkflowType = '" + AgentWorkflowName + "'"
 	type key struct{ tenant, state string }
 	n := map[key]int{}
@@ -285,7 +289,7 @@ func countSessions(ctx context.Context, tc client.Client, max int) ([]sessionCou
 			default:
 				var e SessionEntry
 				if f := ex.GetMemo().GetFields()[MemoSession]; f != nil &&
-					converter.GetDefaultDataConverter().FromPayload(f, &e) == nil && e.Status == StatusPaused {
+					dc.FromPayload(f, &e) == nil && e.Status == StatusPaused {
 					state = sessionPaused
 				}
 			}

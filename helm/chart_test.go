@@ -2,6 +2,7 @@ package helm
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -718,8 +719,11 @@ func allowedVars(extra []string) map[string]bool {
 // placeholder stands for the value of a key of a Secret the chart does
 // not make (secrets.existingSecret); it passes config.Load's checks.
 func placeholder(name string) string {
-	if name == "REDIS_URL" {
+	switch name {
+	case "REDIS_URL":
 		return "rediss://placeholder.invalid:6379/0"
+	case "AGENTBOT_PAYLOAD_KEYS":
+		return "placeholder=" + base64.StdEncoding.EncodeToString(make([]byte, 32))
 	}
 	return "placeholder-" + strings.ToLower(name)
 }
@@ -909,7 +913,8 @@ func TestEnvironmentLoads(t *testing.T) {
 			// reach Temporal the same way.
 			if c.bot {
 				for _, k := range []string{"SLACK_BOT_TOKEN", "DISCORD_TOKEN", "DISCORD_APP_ID", "AGENTBOT_SLACK_API_URL",
-					"TEMPORAL_API_KEY", "TEMPORAL_TLS", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "AGENTBOT_BACKENDS", "AGENTBOT_DEFAULT_BACKEND"} {
+					"TEMPORAL_API_KEY", "TEMPORAL_TLS", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "AGENTBOT_BACKENDS", "AGENTBOT_DEFAULT_BACKEND",
+					"AGENTBOT_PAYLOAD_KEYS"} {
 					if envs["bot"][k] != envs["worker"][k] {
 						t.Errorf("%s differs: bot %q, worker %q", k, envs["bot"][k], envs["worker"][k])
 					}

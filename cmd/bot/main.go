@@ -222,6 +222,7 @@ func run(environ []string) error {
 	defer cache.Close()
 	access := bot.Access{Users: cfg.AllowedUsers, Channels: cfg.AllowedChannels, Roles: cfg.AllowedRoles, Admins: cfg.Admins}
 	sessions := agentflow.NewClient(tc)
+	sessions.DataConverter = temporalclient.DataConverter(cfg)
 	policy := cfg.TenantPolicy()
 	sessions.Policy = &policy
 	router := &bot.Router{

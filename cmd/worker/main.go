@@ -33,6 +33,7 @@ import (
 	"github.com/agentbot/agentbot/internal/debugserver"
 	"github.com/agentbot/agentbot/internal/health"
 	"github.com/agentbot/agentbot/internal/logging"
+	"github.com/agentbot/agentbot/internal/payloadcodec"
 	"github.com/agentbot/agentbot/internal/secretenv"
 	"github.com/agentbot/agentbot/internal/telemetry"
 	"github.com/agentbot/agentbot/internal/temporalclient"
@@ -119,7 +120,11 @@ func run(environ []string) error {
 		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
 		return err
 	})
-	stopHTTP, err := serveProbes(cfg.HTTPAddr, probes, sharedMetrics(cfg, metrics), logger)
+	codec, err := codecServer(cfg)
+	if err != nil {
+		return err
+	}
+	stopHTTP, err := serveProbes(cfg.HTTPAddr, probes, sharedMetrics(cfg, metrics), codec, logger)
 	if err != nil {
 		return err
 	}
@@ -186,10 +191,23 @@ func sharedMetrics(cfg config.Config, m *telemetry.Metrics) http.Handler {
 	return m.Handler()
 }
 
-// serveProbes serves /healthz and /readyz on addr ("off": nothing), and
-// metrics on /metrics when it is not nil, until the returned function is
-// called.
-func serveProbes(addr string, probes *health.Probes, metrics http.Handler, logger *slog.Logger) (stop func(), err error) {
+// codecServer is the Temporal Web UI's codec server when payloads are
+// encrypted (AGENTBOT_PAYLOAD_KEYS), else nil.
+func codecServer(cfg config.Config) (http.Handler, error) {
+	if cfg.PayloadKeys == "" {
+		return nil, nil
+	}
+	c, err := payloadcodec.Parse(cfg.PayloadKeys)
+	if err != nil {
+		return nil, err
+	}
+	return http.StripPrefix("/codec", c.Handler(cfg.CodecOrigins)), nil
+}
+
+// serveProbes serves /healthz and /readyz on addr ("off": nothing),
+// metrics on /metrics when it is not nil, and the codec server on /codec/
+// when codec is not nil, until the returned function is called.
+func serveProbes(addr string, probes *health.Probes, metrics, codec http.Handler, logger *slog.Logger) (stop func(), err error) {
 	if addr == "off" {
 		return func() {}, nil
 	}
@@ -201,6 +219,9 @@ func serveProbes(addr string, probes *health.Probes, metrics http.Handler, logge
 	probes.Register(mux)
 	if metrics != nil {
 		mux.Handle("/metrics", metrics)
+	}
+	if codec != nil {
+		mux.Handle("/codec/", codec)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/fakeopenai"
 	"github.com/agentbot/agentbot/internal/telemetry"
+	"github.com/agentbot/agentbot/internal/temporalclient"
 	"github.com/agentbot/agentbot/sandboxes"
 	"github.com/agentbot/agentbot/sandboxes/daytonasandbox"
 	"github.com/agentbot/agentbot/sandboxes/dockersandbox"
@@ -208,7 +209,7 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		logger.Warn("no reaper schedule: orphaned sandboxes and expired session data stay until it exists", "error", err)
 	}
 	if opts.Meter != nil {
-		reg, err := agentflow.ObserveSessions(opts.Meter, tc, agentflow.SessionGaugeOptions{Logger: logger})
+		reg, err := agentflow.ObserveSessions(opts.Meter, tc, agentflow.SessionGaugeOptions{Logger: logger, DataConverter: temporalclient.DataConverter(cfg)})
 		if err != nil {
 			return nil, fmt.Errorf("sessions gauge: %w", err)
 		}

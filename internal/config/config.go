@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/agentbot/agentbot/internal/payloadcodec"
 	"log/slog"
 	"net"
 	"net/url"
@@ -163,6 +164,13 @@ type Config struct {
 	// in memory between their tasks (Temporal's sticky cache); a session
 	// pushed out replays its history at its next task.
 	WorkflowCache int
+	// PayloadKeys, when set, encrypts every payload Temporal stores
+	// (internal/payloadcodec: id=base64 pairs, the first encrypts). A
+	// secret.
+	PayloadKeys string
+	// CodecOrigins are the Temporal Web UI origins allowed to call the
+	// worker's codec endpoint (/codec) from a browser.
+	CodecOrigins []string
 	// TraceContent lets message text and command output into span
 	// attributes; off, spans carry IDs, names and counts only.
 	TraceContent bool
@@ -249,6 +257,8 @@ var Vars = []Var{
 	{"AGENTBOT_METRICS_ADDR", "(off)", "listen address of /metrics (Prometheus text format), e.g. :9090; the same as AGENTBOT_HTTP_ADDR shares that server"},
 	{"AGENTBOT_PPROF_ADDR", "(off)", "listen address of Go's runtime profiles (/debug/pprof/: heap, CPU, goroutines), e.g. 127.0.0.1:6060; keep it on loopback"},
 	{"AGENTBOT_WORKFLOW_CACHE", "500", "worker: sessions whose workflow state stays in memory between turns (Temporal's sticky cache); beyond it the least recently used replay their history at their next turn"},
+	{"AGENTBOT_PAYLOAD_KEYS", "(off)", "secret: encrypt every payload Temporal stores (histories, memos, failures) with AES-256-GCM: comma-separated id=<base64 32 bytes> pairs, the first encrypts, all decrypt (rotation); the same on the bot and the worker"},
+	{"AGENTBOT_CODEC_ORIGINS", "", "with AGENTBOT_PAYLOAD_KEYS: Temporal Web UI origins (e.g. http://localhost:8233) allowed to call the worker's codec endpoint /codec from a browser"},
 	{"AGENTBOT_TRACE_CONTENT", "false", "true: message text and command output may enter trace span attributes (off: IDs, names and counts only)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "(empty: no traces)", "OTLP collector base URL (http://collector:4318 for http/protobuf, http://collector:4317 for grpc): traces are on when this or _TRACES_ENDPOINT is set"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "(OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces)", "OTLP traces URL, used as it is"},
@@ -269,7 +279,7 @@ var Vars = []Var{
 // hands them to Load only.
 var SecretVars = []string{
 	"OPENAI_API_KEY", "TEMPORAL_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
-	"DISCORD_TOKEN", "E2B_API_KEY", "DAYTONA_API_KEY",
+	"DISCORD_TOKEN", "E2B_API_KEY", "DAYTONA_API_KEY", "AGENTBOT_PAYLOAD_KEYS",
 	// A tracing backend's token travels as an OTLP header.
 	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
 }
@@ -402,6 +412,8 @@ func Load(environ []string) (Config, error) {
 		LogFormat:          get("AGENTBOT_LOG_FORMAT", "text"),
 		MetricsAddr:        get("AGENTBOT_METRICS_ADDR", ""),
 		PprofAddr:          get("AGENTBOT_PPROF_ADDR", ""),
+		PayloadKeys:        get("AGENTBOT_PAYLOAD_KEYS", ""),
+		CodecOrigins:       list(get("AGENTBOT_CODEC_ORIGINS", "")),
 		WorkflowCache:      int(num("AGENTBOT_WORKFLOW_CACHE", 500)),
 		TraceContent:       boolean("AGENTBOT_TRACE_CONTENT"),
 	}
@@ -435,7 +447,7 @@ func Load(environ []string) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(get("AGENTBOT_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTBOT_LOG_LEVEL: %v", err))
 	}
-	secrets := []string{c.OpenAIAPIKey, c.TemporalAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey}
+	secrets := []string{c.PayloadKeys, c.OpenAIAPIKey, c.TemporalAPIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordToken, c.E2BAPIKey, c.DaytonaAPIKey}
 	for _, k := range SDKSecretVars {
 		secrets = append(secrets, get(k, ""))
 	}
@@ -504,6 +516,11 @@ func (c Config) Validate() error {
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("AGENTBOT_METRICS_ADDR %q: want host:port or :port", c.MetricsAddr))
+		}
+	}
+	if c.PayloadKeys != "" {
+		if _, err := payloadcodec.Parse(c.PayloadKeys); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.PprofAddr != "" {

@@ -26,11 +26,13 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/agentbot/agentbot/internal/config"
+	"github.com/agentbot/agentbot/internal/payloadcodec"
 )
 
 // Names of the environment variables, for errors and hints that tell an
@@ -70,6 +72,13 @@ func Options(cfg config.Config, hostPort string, logger log.Logger) (client.Opti
 		return client.Options{}, errors.New("temporalclient: no Temporal frontend address")
 	}
 	opts := client.Options{HostPort: hostPort, Namespace: cfg.TemporalNamespace, Logger: logger}
+	if cfg.PayloadKeys != "" {
+		codec, err := payloadcodec.Parse(cfg.PayloadKeys)
+		if err != nil {
+			return client.Options{}, fmt.Errorf("temporalclient: %w", err)
+		}
+		opts.DataConverter, opts.FailureConverter = codec.DataConverter(), codec.FailureConverter()
+	}
 	if !cfg.TemporalTLS {
 		// Without TLS the SDK would switch TLS on by itself for an API
 		// key; a configuration that asked for none is an error instead.
@@ -403,4 +412,18 @@ func checkKeyPEM(data []byte) error {
 		return errors.New("not a PEM file (no -----BEGIN line)")
 	}
 	return errors.New("no PRIVATE KEY block in the PEM file")
+}
+
+// DataConverter is the data converter Dial gives the client: with
+// AGENTBOT_PAYLOAD_KEYS the encrypting one, else nil (Temporal's default),
+// for what is decoded outside the SDK's calls (memos read from a list).
+func DataConverter(cfg config.Config) converter.DataConverter {
+	if cfg.PayloadKeys == "" {
+		return nil
+	}
+	codec, err := payloadcodec.Parse(cfg.PayloadKeys)
+	if err != nil {
+		return nil // Options refuses it first
+	}
+	return codec.DataConverter()
 }

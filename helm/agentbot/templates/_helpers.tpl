@@ -265,6 +265,9 @@ agentbot.workerEnv: the worker's non-secret variables.
 {{- include "agentbot.commonEnv" . }}
 AGENTBOT_DRAIN_TIMEOUT: {{ printf "%ds" (int $v.worker.drainTimeoutSeconds) | quote }}
 AGENTBOT_WORKFLOW_CACHE: {{ int $v.worker.workflowCache | quote }}
+{{- with $v.payloadEncryption.codecOrigins }}
+AGENTBOT_CODEC_ORIGINS: {{ join "," . | quote }}
+{{- end }}
 {{- with $v.blobStore.url }}
 AGENTBOT_BLOB_URL: {{ . | quote }}
 {{- end }}
@@ -361,6 +364,9 @@ agentbot.botSecretEnv: the bot's secret variables, each from the Secret.
 {{- if $v.redis.enabled }}
 {{ include "agentbot.secretRef" (dict "root" . "var" "REDIS_URL" "key" "redisURL") }}
 {{- end }}
+{{- if $v.payloadEncryption.enabled }}
+{{ include "agentbot.secretRef" (dict "root" . "var" "AGENTBOT_PAYLOAD_KEYS" "key" "payloadKeys") }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -392,6 +398,9 @@ signing secret: config.ValidateGateway asks for those in the bot only).
 {{- if $v.blobStore.s3.staticCredentials }}
 {{ include "agentbot.secretRef" (dict "root" . "var" "AWS_ACCESS_KEY_ID" "key" "awsAccessKeyID") }}
 {{ include "agentbot.secretRef" (dict "root" . "var" "AWS_SECRET_ACCESS_KEY" "key" "awsSecretAccessKey") }}
+{{- end }}
+{{- if $v.payloadEncryption.enabled }}
+{{ include "agentbot.secretRef" (dict "root" . "var" "AGENTBOT_PAYLOAD_KEYS" "key" "payloadKeys") }}
 {{- end }}
 {{- end }}
 
@@ -466,7 +475,7 @@ what to set. Included by NOTES.txt and the worker Deployment.
 {{- $s := $v.secrets }}
 {{- $chartSecret := not $s.existingSecret }}
 {{- if $s.existingSecret }}
-{{- range $k := list "openaiAPIKey" "temporalAPIKey" "slackBotToken" "slackAppToken" "slackSigningSecret" "discordToken" "e2bAPIKey" "daytonaAPIKey" "redisURL" "awsAccessKeyID" "awsSecretAccessKey" }}
+{{- range $k := list "openaiAPIKey" "temporalAPIKey" "slackBotToken" "slackAppToken" "slackSigningSecret" "discordToken" "e2bAPIKey" "daytonaAPIKey" "redisURL" "awsAccessKeyID" "awsSecretAccessKey" "payloadKeys" }}
 {{- if index $s $k }}
 {{- fail (printf "secrets.%s is set, and so is secrets.existingSecret: put the value in the Secret %q (key %q), or drop existingSecret" $k $s.existingSecret (index $s.keys $k)) }}
 {{- end }}
@@ -482,6 +491,7 @@ what to set. Included by NOTES.txt and the worker Deployment.
 {{- if $v.e2b.enabled }}{{ $_ := set $need "e2bAPIKey" "e2b.enabled" }}{{ end }}
 {{- if $v.daytona.enabled }}{{ $_ := set $need "daytonaAPIKey" "daytona.enabled" }}{{ end }}
 {{- if $v.redis.enabled }}{{ $_ := set $need "redisURL" "redis.enabled" }}{{ end }}
+{{- if $v.payloadEncryption.enabled }}{{ $_ := set $need "payloadKeys" "payloadEncryption.enabled" }}{{ end }}
 {{- if $v.blobStore.s3.staticCredentials }}
 {{- $_ := set $need "awsAccessKeyID" "blobStore.s3.staticCredentials" }}
 {{- $_ := set $need "awsSecretAccessKey" "blobStore.s3.staticCredentials" }}
