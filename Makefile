@@ -40,7 +40,7 @@ fuzz:
 # bench: what agentbot adds to the work it does, next to baselines in the
 # same run (cmd/agentbench: a bare Temporal workflow, tar/zstd, the docker
 # CLI); writes the table to docs/benchmarks.md and the scaling plot to
-# docs/benchmarks.png. About 25 minutes on two cores.
+# docs/benchmarks.png. 10-15 minutes on two cores.
 bench:
 	scripts/setup.sh --test
 	PATH="$(CURDIR)/.bin:$$PATH" AGENTBOT_TEMPORAL_BIN="$(CURDIR)/.bin/temporal" \
