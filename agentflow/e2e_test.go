@@ -319,8 +319,19 @@ func TestSessionLifecycle(t *testing.T) {
 	if exists := containerExists(t, r, containerID); exists {
 		t.Fatal("container still exists after destroy")
 	}
+	// The destroy is answered before the run ends: a message that comes
+	// while it still sends what it had queued (a progress edit waiting
+	// for its second) is taken and answered in the thread; one that
+	// comes after is refused at once. Either way the sender is told.
+	told := strings.Count(r.terminal.String(), agentflow.ErrDestroyedText)
 	_, err = r.cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread}, agentflow.MessageRequest{ID: "after-destroy", Text: "hello?"})
-	if !errors.Is(err, agentflow.ErrDestroyed) {
+	switch {
+	case errors.Is(err, agentflow.ErrDestroyed):
+	case err == nil:
+		waitFor(t, "the thread is told the session was destroyed", func() bool {
+			return strings.Count(r.terminal.String(), agentflow.ErrDestroyedText) > told
+		})
+	default:
 		t.Fatalf("message after destroy: %v", err)
 	}
 	waitFor(t, "registry marks it destroyed", func() bool {
