@@ -46,7 +46,7 @@ func TestBotKilledAfterAckSlackRetries(t *testing.T) {
 		return resp.StatusCode
 	}
 
-	repeat(t, "1. bot killed after acking a mention; Slack retries", func(t *testing.T, i int) {
+	repeat(t, "2. bot killed right after acking a mention; Slack retries it: one turn", func(t *testing.T, i int) {
 		token := fmt.Sprintf("s1run%dz", i)
 		root := s.slack.PostUserMessage(channel, alice, "<@UBOT> sh: echo "+token, "")
 		// Two deliveries: the message event and the app_mention.
@@ -101,7 +101,7 @@ func TestBotKilledAfterAckSlackRetries(t *testing.T) {
 // answered.
 func TestNewWithoutWorker(t *testing.T) {
 	s := startStack(t)
-	repeat(t, "2. /agent new while no worker runs", func(t *testing.T, i int) {
+	repeat(t, "9c. /agent new while no worker runs: queued, then answered", func(t *testing.T, i int) {
 		s.killWorker(t)
 		// Only what is said from now on counts.
 		before := len(s.slack.Messages(channel))
@@ -158,7 +158,7 @@ func TestNewWithoutWorker(t *testing.T) {
 // race) is answered, and so is the mention.
 func TestReplyRightAfterMention(t *testing.T) {
 	s := startStack(t)
-	repeat(t, "3. reply right after the mention that starts a thread", func(t *testing.T, i int) {
+	repeat(t, "9d. a reply right after the mention that starts its thread", func(t *testing.T, i int) {
 		first, second := fmt.Sprintf("s3run%dfirst", i), fmt.Sprintf("s3run%dsecond", i)
 		root := s.slack.PostUserMessage(channel, alice, "<@UBOT> sh: echo "+first, "")
 		s.slack.PostUserMessage(channel, alice, "sh: echo "+second, root)
@@ -172,7 +172,7 @@ func TestReplyRightAfterMention(t *testing.T) {
 // own thread.
 func TestTwentyMessagesTenThreads(t *testing.T) {
 	s := startStack(t)
-	repeat(t, "4. twenty messages into ten new threads at once", func(t *testing.T, i int) {
+	repeat(t, "9a. 20 messages into 10 new threads at once", func(t *testing.T, i int) {
 		const threads = 10
 		type sent struct{ root, token string }
 		var (

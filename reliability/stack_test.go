@@ -41,10 +41,17 @@ var runs = flag.Int("runs", 3, "how many times each scenario runs (make reliabil
 // The binaries under test, built once by TestMain.
 var botBin, workerBin string
 
-// The people and the channel of the workspace.
+// The people and the channel of the workspace: alice and bob may use the
+// bot, root is an admin, eve is a stranger to it.
 const (
-	alice   = "UALICE"
-	channel = "C0REL"
+	alice    = "UALICE"
+	bob      = "UBOB"
+	root     = "UROOT"
+	eve      = "UEVE"
+	channel  = "C0REL"
+	admins   = root
+	allowed  = alice + "," + bob
+	modelKey = "sk-reliability"
 )
 
 func TestMain(m *testing.M) {
@@ -89,6 +96,8 @@ func record(scenario string, held, total int) {
 	tally.m[scenario] = [2]int{held, total}
 }
 
+// printTally prints one line per scenario, "reliability: <scenario>\t<held>/<total>",
+// which scripts/reliability.sh reads into docs/reliability.md.
 func printTally() {
 	tally.Lock()
 	defer tally.Unlock()
@@ -97,10 +106,9 @@ func printTally() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Printf("%-62s %s\n", "reliability scenario", "held/total")
 	for _, n := range names {
 		c := tally.m[n]
-		fmt.Printf("%-62s %d/%d\n", n, c[0], c[1])
+		fmt.Printf("reliability: %s\t%d/%d\n", n, c[0], c[1])
 	}
 }
 
@@ -124,7 +132,9 @@ func repeat(t *testing.T, scenario string, run func(t *testing.T, i int)) {
 // fake model, and the real bot and worker processes on them.
 type stack struct {
 	t        *testing.T
+	cfg      stackConfig
 	temporal *testsuite.DevServer
+	dbFile   string // the dev server's database, kept across restarts
 	redis    *testenv.RedisServer
 	slack    *fakeslack.Server
 	model    *fakeopenai.Server
@@ -137,34 +147,74 @@ type stack struct {
 	oldLogs []string // output of processes that were killed
 }
 
+// stackConfig is what a scenario changes of the stack; see the options.
+type stackConfig struct {
+	// script wraps the fake model's DirectiveScript (nil: as it is).
+	script func(next fakeopenai.Script) fakeopenai.Script
+	// model adjusts the fake model's options.
+	model func(*fakeopenai.Options)
+	// env is added to both processes' environment, workerEnv and botEnv
+	// to one of them (later entries win).
+	env, workerEnv, botEnv []string
+}
+
+// option changes the stack a scenario starts.
+type option func(*stackConfig)
+
+// withScript wraps the fake model's script, e.g. to inject faults.
+func withScript(wrap func(next fakeopenai.Script) fakeopenai.Script) option {
+	return func(c *stackConfig) { c.script = wrap }
+}
+
+// withModel adjusts the fake model's options (latency, key, ...).
+func withModel(f func(*fakeopenai.Options)) option {
+	return func(c *stackConfig) { c.model = f }
+}
+
+// withEnv adds NAME=value entries to both processes' environment.
+func withEnv(kv ...string) option { return func(c *stackConfig) { c.env = append(c.env, kv...) } }
+
+// withWorkerEnv adds NAME=value entries to the worker's environment.
+func withWorkerEnv(kv ...string) option {
+	return func(c *stackConfig) { c.workerEnv = append(c.workerEnv, kv...) }
+}
+
+// withBotEnv adds NAME=value entries to the bot's environment.
+func withBotEnv(kv ...string) option {
+	return func(c *stackConfig) { c.botEnv = append(c.botEnv, kv...) }
+}
+
 // startStack starts the services and a worker and a bot; the events,
 // slash commands and interactions of the workspace go to the bot.
-func startStack(t *testing.T) *stack {
+func startStack(t *testing.T, opts ...option) *stack {
 	t.Helper()
 	s := &stack{t: t, state: t.TempDir()}
-	tbin, err := devserver.FindBinary(os.Getenv("AGENTBOT_TEMPORAL_BIN"))
-	if err != nil {
-		t.Fatalf("the tests need the temporal CLI (run scripts/setup.sh --test): %v", err)
+	for _, o := range opts {
+		o(&s.cfg)
 	}
-	tlog := &testenv.Buffer{}
+	s.dbFile = filepath.Join(t.TempDir(), "temporal.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s.temporal, err = testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  tbin,
-		DBFilename:    filepath.Join(t.TempDir(), "temporal.db"),
-		LogLevel:      "error",
-		Stdout:        tlog,
-		Stderr:        tlog,
-		ClientOptions: &client.Options{Namespace: "default", Logger: testenv.Logger()},
+	s.startTemporal(t, "")
+	t.Cleanup(func() {
+		s.mu.Lock()
+		ts := s.temporal
+		s.mu.Unlock()
+		if ts != nil {
+			ts.Stop()
+		}
 	})
-	if err != nil {
-		t.Fatalf("starting the Temporal dev server (%s; run scripts/setup.sh --test): %v", tbin, err)
-	}
-	t.Cleanup(func() { s.temporal.Stop() })
 	s.redis = testenv.StartRedis(ctx, t)
 	s.slack = fakeslack.New(fakeslack.Options{})
 	t.Cleanup(s.slack.Close)
-	s.model = fakeopenai.New(fakeopenai.Options{Script: fakeopenai.DirectiveScript()})
+	mopts := fakeopenai.Options{Script: fakeopenai.DirectiveScript()}
+	if s.cfg.script != nil {
+		mopts.Script = s.cfg.script(mopts.Script)
+	}
+	if s.cfg.model != nil {
+		s.cfg.model(&mopts)
+	}
+	s.model = fakeopenai.New(mopts)
 	t.Cleanup(s.model.Close)
 	s.httpAddr = freeAddr(t)
 	s.slack.SetEventsURL(s.url(slackbot.PathEvents))
@@ -194,29 +244,139 @@ func startStack(t *testing.T) *stack {
 
 func (s *stack) url(path string) string { return "http://" + s.httpAddr + path }
 
+// startTemporal starts the dev server on s.dbFile, at hostPort (empty: a
+// free port).
+func (s *stack) startTemporal(t *testing.T, hostPort string) {
+	t.Helper()
+	tbin, err := devserver.FindBinary(os.Getenv("AGENTBOT_TEMPORAL_BIN"))
+	if err != nil {
+		t.Fatalf("the tests need the temporal CLI (run scripts/setup.sh --test): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tlog := &testenv.Buffer{}
+	var ts *testsuite.DevServer
+	for attempt := 0; ; attempt++ {
+		ts, err = testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+			ExistingPath:  tbin,
+			DBFilename:    s.dbFile,
+			LogLevel:      "error",
+			Stdout:        tlog,
+			Stderr:        tlog,
+			ClientOptions: &client.Options{HostPort: hostPort, Namespace: "default", Logger: testenv.Logger()},
+		})
+		// The old server's port can linger a moment after it stopped.
+		if err == nil || hostPort == "" || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("starting the Temporal dev server (%s; run scripts/setup.sh --test): %v\n%s", tbin, err, tlog.String())
+	}
+	s.mu.Lock()
+	s.temporal = ts
+	s.mu.Unlock()
+}
+
+// restartTemporal stops the dev server and starts it again on the same
+// database file and port; the bot and the worker are left to reconnect.
+// between is called while it is down (nil: nothing).
+func (s *stack) restartTemporal(t *testing.T, between func()) {
+	t.Helper()
+	s.mu.Lock()
+	ts := s.temporal
+	s.temporal = nil
+	s.mu.Unlock()
+	hostPort := ts.FrontendHostPort()
+	if err := ts.Stop(); err != nil {
+		t.Logf("stopping the dev server: %v", err)
+	}
+	if between != nil {
+		between()
+	}
+	s.startTemporal(t, hostPort)
+}
+
+// temporalClient is a client of the current dev server.
+func (s *stack) temporalClient() client.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.temporal.Client()
+}
+
+// signalWorker sends sig to the worker process (it stays s.worker until
+// it exits: see waitWorkerExit).
+func (s *stack) signalWorker(t *testing.T, sig os.Signal) {
+	t.Helper()
+	s.mu.Lock()
+	w := s.worker
+	s.mu.Unlock()
+	if err := w.Cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitWorkerExit waits up to d for the worker to exit (after a signal)
+// and forgets it.
+func (s *stack) waitWorkerExit(t *testing.T, d time.Duration) {
+	t.Helper()
+	s.mu.Lock()
+	w := s.worker
+	s.mu.Unlock()
+	select {
+	case <-w.Done():
+	case <-time.After(d):
+		t.Fatalf("the worker still runs %v after the signal:\n%s", d, tail(w.Output(), 4000))
+	}
+	s.mu.Lock()
+	s.worker = nil
+	s.oldLogs = append(s.oldLogs, "worker (exited):\n"+w.Output())
+	s.mu.Unlock()
+}
+
+// logs is everything the bot and worker processes of the stack wrote so
+// far, those that ended included.
+func (s *stack) logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := slices.Clone(s.oldLogs)
+	if s.bot != nil {
+		all = append(all, s.bot.Output())
+	}
+	if s.worker != nil {
+		all = append(all, s.worker.Output())
+	}
+	return strings.Join(all, "\n")
+}
+
 // env is the environment both binaries run with.
 func (s *stack) env(extra ...string) []string {
-	return append([]string{
+	s.mu.Lock()
+	temporalAddr := s.temporal.FrontendHostPort()
+	s.mu.Unlock()
+	env := append([]string{
 		"HOME=" + s.state, "PATH=" + os.Getenv("PATH"),
 		"AGENTBOT_STATE_DIR=" + s.state,
-		"TEMPORAL_ADDRESS=" + s.temporal.FrontendHostPort(),
+		"TEMPORAL_ADDRESS=" + temporalAddr,
 		"REDIS_URL=" + s.redis.URL(),
-		"OPENAI_BASE_URL=" + s.model.URL(), "OPENAI_API_KEY=sk-reliability",
+		"OPENAI_BASE_URL=" + s.model.URL(), "OPENAI_API_KEY=" + modelKey,
 		"SLACK_BOT_TOKEN=" + s.slack.Options().BotToken,
 		"SLACK_SIGNING_SECRET=" + s.slack.Options().SigningSecret,
 		"AGENTBOT_SLACK_API_URL=" + s.slack.APIURL(),
 		"AGENTBOT_HTTP_ADDR=" + s.httpAddr,
-		"AGENTBOT_ALLOWED_USERS=" + alice,
+		"AGENTBOT_ALLOWED_USERS=" + allowed, "AGENTBOT_ADMINS=" + admins,
 		"AGENTBOT_UNSAFE_LOCAL=true", "AGENTBOT_BACKENDS=local", "AGENTBOT_DEFAULT_BACKEND=local",
 		"AGENTBOT_DRAIN_TIMEOUT=5s", "AGENTBOT_LOG_LEVEL=debug",
-	}, extra...)
+	}, s.cfg.env...)
+	return append(env, extra...)
 }
 
 // startWorker starts a worker process and waits until it polls.
 func (s *stack) startWorker(t *testing.T) {
 	t.Helper()
 	// The bot has s.httpAddr; the worker's probes take any free port.
-	w := secretenvtest.Start(s.t, workerBin, s.env("AGENTBOT_HTTP_ADDR=127.0.0.1:0"))
+	w := secretenvtest.Start(s.t, workerBin, s.env(append([]string{"AGENTBOT_HTTP_ADDR=127.0.0.1:0"}, s.cfg.workerEnv...)...))
 	s.mu.Lock()
 	s.worker = w
 	s.mu.Unlock()
@@ -239,7 +399,7 @@ func (s *stack) killWorker(t *testing.T) {
 // startBot starts a bot process and waits until it is ready.
 func (s *stack) startBot(t *testing.T) {
 	t.Helper()
-	b := secretenvtest.Start(s.t, botBin, s.env())
+	b := secretenvtest.Start(s.t, botBin, s.env(s.cfg.botEnv...))
 	s.mu.Lock()
 	s.bot = b
 	s.mu.Unlock()
