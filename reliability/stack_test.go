@@ -84,20 +84,32 @@ func build(dir string) error {
 	return nil
 }
 
-// tally is held/total per scenario, printed as a table after the tests.
+// tally is held/total per scenario, printed after the tests.
 var tally = struct {
 	sync.Mutex
-	m map[string][2]int
-}{m: map[string][2]int{}}
+	m map[string]count
+}{m: map[string]count{}}
 
-func record(scenario string, held, total int) {
-	tally.Lock()
-	defer tally.Unlock()
-	tally.m[scenario] = [2]int{held, total}
+// count is what one scenario came to: how often it held of how many
+// runs, which test ran it, and its time in all.
+type count struct {
+	held, total int
+	test        string
+	elapsed     time.Duration
 }
 
-// printTally prints one line per scenario, "reliability: <scenario>\t<held>/<total>",
-// which scripts/reliability.sh reads into docs/reliability.md.
+// record sets the count of scenario, run by t.
+func record(t *testing.T, scenario string, held, total int, elapsed time.Duration) {
+	tally.Lock()
+	defer tally.Unlock()
+	tally.m[scenario] = count{held, total, t.Name(), elapsed}
+}
+
+// printTally prints one line per scenario,
+//
+//	reliability: <scenario>\t<held>/<total>\t<test>\t<seconds>
+//
+// which cmd/reliabilityreport reads into docs/reliability.md.
 func printTally() {
 	tally.Lock()
 	defer tally.Unlock()
@@ -108,7 +120,7 @@ func printTally() {
 	sort.Strings(names)
 	for _, n := range names {
 		c := tally.m[n]
-		fmt.Printf("reliability: %s\t%d/%d\n", n, c[0], c[1])
+		fmt.Printf("reliability: %s\t%d/%d\t%s\t%.1f\n", n, c.held, c.total, c.test, c.elapsed.Seconds())
 	}
 }
 
@@ -116,12 +128,13 @@ func printTally() {
 // requires that it held every time.
 func repeat(t *testing.T, scenario string, run func(t *testing.T, i int)) {
 	held := 0
+	began := time.Now()
 	for i := 1; i <= *runs; i++ {
 		if t.Run("run"+strconv.Itoa(i), func(t *testing.T) { run(t, i) }) {
 			held++
 		}
 	}
-	record(scenario, held, *runs)
+	record(t, scenario, held, *runs, time.Since(began))
 	t.Logf("%s: held %d/%d", scenario, held, *runs)
 	if held != *runs {
 		t.Fatalf("%s held %d of %d times", scenario, held, *runs)
