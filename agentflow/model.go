@@ -40,11 +40,13 @@ const maxFitAttempts = 6
 // ModelStep appends in.Append to the session's transcript, asks the model
 // for the next step, records its reply as a new transcript version and
 // returns the tool calls to run or the final answer. Permanent model errors
-// (bad key, unknown model, bad request) are non-retryable. Known secrets are
-// replaced in the transcript before the model reads it and in the model's
-// reply before it is recorded, so neither the transcript nor the tool calls
-// and answer returned to the workflow hold one; a command the model writes
-// with a secret in it runs with the placeholder instead.
+// (bad key, unknown model, bad request) are non-retryable; a failure that
+// came with Retry-After is retried after that delay (at most
+// modelMaxInterval). Known secrets are replaced in the transcript before
+// the model reads it and in the model's reply before it is recorded, so
+// neither the transcript nor the tool calls and answer returned to the
+// workflow hold one; a command the model writes with a secret in it runs
+// with the placeholder instead.
 //
 // The IDs of the reply's tool calls are the session's, not the endpoint's
 // (see callID): endpoints may reuse IDs (a server numbering its calls from
@@ -97,6 +99,16 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 				"turn", in.Turn, "step", in.Step, "error", err)
 			return ModelStepResult{}, temporal.NewApplicationError(
 				fmt.Sprintf("the model endpoint could not be reached (ref %s)", ref), errTypeUnreachable)
+		}
+		var apiErr *llm.APIError
+		if errors.As(err, &apiErr) && apiErr.RetryAfter > 0 {
+			// The endpoint said when to come back (a rate limit, an
+			// overloaded server): the next attempt waits that long
+			// rather than the retry policy's backoff, which may be
+			// shorter and waste an attempt, but never longer than the
+			// policy's longest interval.
+			return ModelStepResult{}, temporal.NewApplicationErrorWithOptions(err.Error(), errTypeRetryAfter,
+				temporal.ApplicationErrorOptions{NextRetryDelay: min(apiErr.RetryAfter, modelMaxInterval)})
 		}
 		return ModelStepResult{}, err
 	}
@@ -553,6 +565,10 @@ func msgSize(m llm.Message) int {
 
 // errTypeUnreachable: the model endpoint could not be reached (retryable).
 const errTypeUnreachable = "ModelUnreachable"
+
+// errTypeRetryAfter: the model endpoint failed and said when to try again
+// (retryable, after that delay).
+const errTypeRetryAfter = "ModelRetryAfter"
 
 // unreachable reports a transport failure: no HTTP answer came (refused,
 // reset, DNS, TLS, proxy, timeout before an answer).

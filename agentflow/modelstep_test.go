@@ -8,11 +8,14 @@ package agentflow_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentbot/agentbot/agentflow"
@@ -252,6 +255,58 @@ func TestModelStepContextWindow(t *testing.T) {
 				t.Error("no request was refused: the window does not bite, the test tests nothing")
 			case tt.budget > 0 && refused > 0:
 				t.Errorf("%d requests refused within the budget", refused)
+			}
+		})
+	}
+}
+
+// TestModelStepRetryAfter runs ModelStep against a model that fails with
+// and without Retry-After: a retryable failure with a wait asks Temporal
+// to retry after it (NextRetryDelay), bounded by the retry policy's
+// longest interval (30 s); one without leaves the delay to the policy;
+// a permanent one is not retried whatever it says.
+func TestModelStepRetryAfter(t *testing.T) {
+	tests := []struct {
+		name         string
+		err          fakeopenai.HTTPError
+		wantDelay    time.Duration
+		nonRetryable bool
+	}{
+		{"rate limit", fakeopenai.HTTPError{Status: 429, Code: "rate_limit_exceeded", RetryAfter: "7"}, 7 * time.Second, false},
+		{"overloaded, as a date", fakeopenai.HTTPError{Status: 503,
+			RetryAfter: time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)}, 30 * time.Second, false},
+		{"longer than the policy waits", fakeopenai.HTTPError{Status: 429, RetryAfter: "600"}, 30 * time.Second, false},
+		{"no wait said", fakeopenai.HTTPError{Status: 429, Code: "rate_limit_exceeded"}, 0, false},
+		{"server error without", fakeopenai.HTTPError{Status: 500}, 0, false},
+		{"rejected key", fakeopenai.HTTPError{Status: 401, Code: "invalid_api_key", RetryAfter: "5"}, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newParts(t, nil)
+			e := tt.err
+			p.useModel(fakeopenai.Options{Script: func(context.Context, fakeopenai.Call) (fakeopenai.Reply, error) {
+				return fakeopenai.Reply{Error: &e}, nil
+			}}, llm.APIChat)
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestActivityEnvironment()
+			env.RegisterActivity(p.acts)
+			_, err := env.ExecuteActivity(p.acts.ModelStep, agentflow.ModelStepInput{
+				SessionID: "agent/term:retry-after", Turn: 1, Step: 1,
+				Append:  []llm.Message{{Role: llm.RoleUser, Content: "hello"}},
+				Backend: "local", Root: "/tmp/x",
+			})
+			var appErr *temporal.ApplicationError
+			if !errors.As(err, &appErr) {
+				t.Fatalf("err = %v, want an application error", err)
+			}
+			if appErr.NonRetryable() != tt.nonRetryable {
+				t.Errorf("non-retryable = %v, want %v: %v", appErr.NonRetryable(), tt.nonRetryable, err)
+			}
+			if got := appErr.NextRetryDelay(); got != tt.wantDelay {
+				t.Errorf("next retry delay = %v, want %v: %v", got, tt.wantDelay, err)
+			}
+			if !strings.Contains(appErr.Error(), fmt.Sprintf("(%d)", tt.err.Status)) {
+				t.Errorf("the error does not name the status %d: %v", tt.err.Status, err)
 			}
 		})
 	}

@@ -21,15 +21,26 @@ const (
 
 var nonRetryable = []string{errTypePermanent, errTypeSandboxGone, errTypeSandboxLost}
 
+// ModelStepTimeout bounds one attempt of the ModelStep activity. The model
+// call's own timeout (llm.Config.Timeout, AGENTBOT_MODEL_TIMEOUT) must stay
+// under it, so that a hung call ends with the client's clear error and is
+// retried, rather than with the activity's timeout.
+const ModelStepTimeout = 5 * time.Minute
+
+// modelMaxInterval is the longest wait between two attempts of a model
+// step, also when the endpoint asks for longer (Retry-After).
+const modelMaxInterval = 30 * time.Second
+
 // modelCtx: model calls retry on transient errors (rate limits, 5xx) with
-// backoff; the activity heartbeats so a stop reaches it.
+// backoff, or after the wait the endpoint asked for (see ModelStep); the
+// activity heartbeats so a stop reaches it.
 func modelCtx(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 5 * time.Minute,
+		StartToCloseTimeout: ModelStepTimeout,
 		HeartbeatTimeout:    30 * time.Second,
 		WaitForCancellation: true,
 		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: modelMaxInterval,
 			MaximumAttempts: 6, NonRetryableErrorTypes: nonRetryable,
 		},
 	})

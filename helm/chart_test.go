@@ -906,6 +906,10 @@ func TestEnvironmentLoads(t *testing.T) {
 					if _, ok := env["AGENTBOT_DRAIN_TIMEOUT"]; !ok {
 						t.Error("worker: AGENTBOT_DRAIN_TIMEOUT is not set, so the grace period matches only the default")
 					}
+					// model.timeout reaches the worker (full sets 90s).
+					if want := map[bool]time.Duration{true: 90 * time.Second, false: config.DefaultModelTimeout}[c.name == "full"]; cfg.ModelTimeout != want {
+						t.Errorf("worker: AGENTBOT_MODEL_TIMEOUT gives %v, want %v", cfg.ModelTimeout, want)
+					}
 				}
 				envs[comp] = env
 			}

@@ -6,11 +6,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
@@ -34,11 +36,13 @@ var (
 	// conversation (APIError.ContextTokens and RequestTokens say by how
 	// much when the endpoint did).
 	ErrContextLength = errors.New("conversation too long for the model")
+	// ErrTimeout matches a call that Config.Timeout ended: the endpoint
+	// did not answer in time (a hung or overloaded server). It is not
+	// permanent, and also matches context.DeadlineExceeded. It is the
+	// cause of the context Config.Timeout bounds, so a timeout of the
+	// call tells itself apart from the caller's deadline.
+	ErrTimeout = errors.New("model call timed out")
 )
-
-// errTimeout is the cause of the context that Config.Timeout bounds, so a
-// timeout of the call tells itself apart from the caller's deadline.
-var errTimeout = errors.New("model call timed out")
 
 // IsPermanent reports whether err is a failure not worth retrying (it matches
 // ErrPermanent). Rate limits (429), server errors (5xx), 408, 409, network
@@ -66,6 +70,12 @@ type APIError struct {
 	// counted it), in tokens, when the endpoint's message said them;
 	// else 0.
 	ContextTokens, RequestTokens int
+	// RetryAfter is how long the endpoint asked the client to wait before
+	// trying again, from its Retry-After header (seconds or an HTTP date)
+	// or OpenAI's retry-after-ms, the latter preferred; 0 when it gave
+	// none, or a time already past. A wait over maxRetryAfter is reported
+	// as maxRetryAfter. The caller decides how much of it to honour.
+	RetryAfter time.Duration
 
 	msg           string
 	permanent     bool
@@ -85,6 +95,19 @@ func (e *APIError) Is(target error) bool {
 		return e.contextLength
 	}
 	return false
+}
+
+// timeoutError is a call that Config.Timeout ended. Its message says so
+// in words for a chat user; it matches ErrTimeout and
+// context.DeadlineExceeded.
+type timeoutError struct{ after time.Duration }
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("model call timed out: the endpoint did not answer within %s", e.after)
+}
+
+func (e *timeoutError) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
 }
 
 // invalidRequestError is a Request that no endpoint would accept.
@@ -123,11 +146,15 @@ func (c *Client) translate(ctx context.Context, model string, err error) error {
 	if errors.As(err, &apiErr) {
 		// The *openai.Error is not wrapped: it holds the request, whose
 		// Authorization header carries the key.
-		return c.apiError(apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, model)
+		e := c.apiError(apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, model)
+		if apiErr.Response != nil {
+			e.RetryAfter = retryAfter(apiErr.Response.Header, time.Now())
+		}
+		return e
 	}
 	if ctx.Err() != nil {
-		if errors.Is(context.Cause(ctx), errTimeout) {
-			return fmt.Errorf("model call timed out after %s: %w", c.timeout, context.DeadlineExceeded)
+		if errors.Is(context.Cause(ctx), ErrTimeout) {
+			return &timeoutError{after: c.timeout}
 		}
 		return fmt.Errorf("model call aborted: %w", ctx.Err())
 	}
@@ -191,6 +218,45 @@ func (c *Client) apiError(status int, code, typ, serverMsg, model string) *APIEr
 		e.msg = fmt.Sprintf("model endpoint returned status %d", status) + detail
 	}
 	return e
+}
+
+// maxRetryAfter bounds APIError.RetryAfter: an endpoint asking for longer
+// is as good as down for a chat turn, and the bound keeps a huge header
+// from overflowing a time.Duration.
+const maxRetryAfter = 24 * time.Hour
+
+// retryAfter reads how long a response asks the client to wait, as of now:
+// retry-after-ms (milliseconds, OpenAI's), else Retry-After (seconds, or
+// an HTTP date). Fractions are kept; a malformed, negative or past value
+// counts as none (0); anything over maxRetryAfter is maxRetryAfter.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	for _, f := range []struct {
+		name string
+		unit time.Duration
+	}{{"Retry-After-Ms", time.Millisecond}, {"Retry-After", time.Second}} {
+		v := strings.TrimSpace(h.Get(f.name))
+		if v == "" {
+			continue
+		}
+		if n, err := strconv.ParseFloat(v, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+			if math.IsNaN(n) || n <= 0 {
+				continue
+			}
+			if n >= float64(maxRetryAfter)/float64(f.unit) {
+				return maxRetryAfter
+			}
+			return time.Duration(n * float64(f.unit))
+		}
+		if f.unit != time.Second {
+			continue
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			if d := t.Sub(now); d > 0 {
+				return min(d, maxRetryAfter)
+			}
+		}
+	}
+	return 0
 }
 
 // contextCodes are the error codes and types that say a request did not fit

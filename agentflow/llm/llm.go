@@ -306,7 +306,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 	if err := validate(req); err != nil {
 		return Response{}, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, errTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
 	defer cancel()
 
 	if c.api == APIResponses {

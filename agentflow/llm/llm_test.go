@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -462,8 +463,8 @@ func TestCancel(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("err = %v, want context.Canceled", err)
 			}
-			if llm.IsPermanent(err) {
-				t.Errorf("cancellation is permanent: %v", err)
+			if llm.IsPermanent(err) || errors.Is(err, llm.ErrTimeout) {
+				t.Errorf("cancellation is permanent or a timeout: %v", err)
 			}
 		})
 	}
@@ -474,10 +475,10 @@ func TestTimeout(t *testing.T) {
 	defer srv.Close()
 	c := newClient(t, srv, llm.APIChat, func(cfg *llm.Config) { cfg.Timeout = 50 * time.Millisecond })
 	_, err := c.Complete(context.Background(), userRequest("hi"))
-	if !errors.Is(err, context.DeadlineExceeded) || llm.IsPermanent(err) {
-		t.Errorf("err = %v, want a retryable deadline error", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, llm.ErrTimeout) || llm.IsPermanent(err) {
+		t.Errorf("err = %v, want a retryable deadline error matching ErrTimeout", err)
 	}
-	if err != nil && !strings.Contains(err.Error(), "timed out after 50ms") {
+	if err != nil && !strings.Contains(err.Error(), "did not answer within 50ms") {
 		t.Errorf("message = %q", err.Error())
 	}
 }
@@ -504,6 +505,80 @@ func TestRetries(t *testing.T) {
 			}
 			if got := len(srv.Requests()); got != tt.want {
 				t.Errorf("requests = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRetryAfter: the wait an endpoint asks for with its error is in
+// APIError.RetryAfter, through both APIs, whatever the status: Retry-After
+// in seconds or as an HTTP date, OpenAI's retry-after-ms (preferred), and
+// nothing for a missing, malformed or past value.
+func TestRetryAfter(t *testing.T) {
+	t.Run("fake model", func(t *testing.T) {
+		for _, api := range apis {
+			for _, status := range []int{429, 503} {
+				t.Run(fmt.Sprintf("%s/%d", api, status), func(t *testing.T) {
+					srv := fakeopenai.New(fakeopenai.Options{Script: replyError(&fakeopenai.HTTPError{Status: status, RetryAfter: "2"})})
+					defer srv.Close()
+					_, err := newClient(t, srv, api, nil).Complete(context.Background(), userRequest("hi"))
+					var apiErr *llm.APIError
+					if !errors.As(err, &apiErr) || apiErr.StatusCode != status || apiErr.RetryAfter != 2*time.Second {
+						t.Fatalf("err = %#v, want an *APIError %d with RetryAfter 2s", err, status)
+					}
+					if llm.IsPermanent(err) {
+						t.Errorf("a %d with Retry-After is permanent: %v", status, err)
+					}
+				})
+			}
+		}
+	})
+	soon := func() string { return time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat) }
+	tests := []struct {
+		name     string
+		header   func() http.Header
+		min, max time.Duration
+	}{
+		{"seconds", func() http.Header { return http.Header{"Retry-After": {"7"}} }, 7 * time.Second, 7 * time.Second},
+		{"fractional seconds", func() http.Header { return http.Header{"Retry-After": {"1.5"}} }, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		// An HTTP date has whole seconds: the wait is within a second of 90 s.
+		{"HTTP date", func() http.Header { return http.Header{"Retry-After": {soon()}} }, 88 * time.Second, 90 * time.Second},
+		{"milliseconds preferred", func() http.Header {
+			return http.Header{"Retry-After-Ms": {"250"}, "Retry-After": {"9"}}
+		}, 250 * time.Millisecond, 250 * time.Millisecond},
+		{"malformed milliseconds fall back to seconds", func() http.Header {
+			return http.Header{"Retry-After-Ms": {"soon"}, "Retry-After": {"3"}}
+		}, 3 * time.Second, 3 * time.Second},
+		{"huge", func() http.Header { return http.Header{"Retry-After": {"1e300"}} }, 24 * time.Hour, 24 * time.Hour},
+		{"none", func() http.Header { return http.Header{} }, 0, 0},
+		{"malformed", func() http.Header { return http.Header{"Retry-After": {"later"}} }, 0, 0},
+		{"negative", func() http.Header { return http.Header{"Retry-After": {"-5"}} }, 0, 0},
+		{"a date past", func() http.Header {
+			return http.Header{"Retry-After": {time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)}}
+		}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tt.header() {
+					w.Header()[k] = v
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"error":{"message":"Rate limit reached.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`))
+			}))
+			defer srv.Close()
+			c, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", APIKey: testKey})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Complete(context.Background(), userRequest("hi"))
+			var apiErr *llm.APIError
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("err = %#v, want an *APIError with status 429", err)
+			}
+			if apiErr.RetryAfter < tt.min || apiErr.RetryAfter > tt.max {
+				t.Errorf("RetryAfter = %v, want %v to %v", apiErr.RetryAfter, tt.min, tt.max)
 			}
 		})
 	}

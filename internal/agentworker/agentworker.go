@@ -157,7 +157,12 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		baseURL, apiKey = fake.URL(), ""
 		logger.Warn("using the built-in scripted model (OPENAI_BASE_URL=fake): it follows sh:/read:/write: directives and echoes the rest")
 	}
-	llmCfg := llm.Config{BaseURL: baseURL, APIKey: apiKey, API: llm.API(cfg.ModelAPI)}
+	llmCfg := llm.Config{BaseURL: baseURL, APIKey: apiKey, API: llm.API(cfg.ModelAPI), Timeout: cfg.ModelTimeout}
+	if llmCfg.Timeout == 0 {
+		// A Config not made by config.Load: llm's own default would
+		// outlast the model step.
+		llmCfg.Timeout = config.DefaultModelTimeout
+	}
 	if opts.Tracing.Enabled() {
 		llmCfg.HTTPClient = opts.Tracing.HTTPClient(nil)
 	}

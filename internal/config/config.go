@@ -66,6 +66,10 @@ type Config struct {
 	Model         string
 	ModelAPI      string // "chat" or "responses"
 	ContextChars  int
+	// ModelTimeout bounds one model call (the worker's); a call that has
+	// not answered by then is abandoned and retried. It stays under
+	// agentflow.ModelStepTimeout.
+	ModelTimeout time.Duration
 
 	// Sandboxes. DefaultBackend is the backend of new sessions: when
 	// AGENTBOT_DEFAULT_BACKEND is unset, local, or (local being off) docker
@@ -179,6 +183,11 @@ type Config struct {
 	Secrets []string
 }
 
+// DefaultModelTimeout is the model call's timeout when
+// AGENTBOT_MODEL_TIMEOUT is unset: under agentflow.ModelStepTimeout, with
+// room for the step's own work, and long enough for a reasoning model.
+const DefaultModelTimeout = 4 * time.Minute
+
 // Var documents one environment variable.
 type Var struct {
 	Name, Default, Help string
@@ -205,6 +214,7 @@ var Vars = []Var{
 	{"AGENTBOT_MODEL", "gpt-4.1-mini", "model name"},
 	{"AGENTBOT_MODEL_API", "chat", "chat (Chat Completions) or responses (Responses API)"},
 	{"AGENTBOT_CONTEXT_CHARS", "300000", "context budget in characters; older turns are left out past it"},
+	{"AGENTBOT_MODEL_TIMEOUT", "4m", "worker: how long one model call may take before it is abandoned and retried (under 5m, the model step's limit)"},
 	{"AGENTBOT_DEFAULT_BACKEND", "local (serving Slack or Discord: docker, else the first enabled backend)", "backend of new sessions"},
 	{"AGENTBOT_BACKENDS", "(every available one)", "comma-separated backends to enable"},
 	{"AGENTBOT_UNSAFE_LOCAL", "false", "true: keep the local backend on while serving Slack or Discord; it is NOT isolated: every allowed chat user gets a shell on this machine as this OS user (without a chat platform, local is on anyway)"},
@@ -366,6 +376,7 @@ func Load(environ []string) (Config, error) {
 		Model:              get("AGENTBOT_MODEL", "gpt-4.1-mini"),
 		ModelAPI:           get("AGENTBOT_MODEL_API", "chat"),
 		ContextChars:       int(num("AGENTBOT_CONTEXT_CHARS", 300_000)),
+		ModelTimeout:       dur("AGENTBOT_MODEL_TIMEOUT", DefaultModelTimeout),
 		DefaultBackend:     get("AGENTBOT_DEFAULT_BACKEND", ""),
 		UnsafeLocal:        boolean("AGENTBOT_UNSAFE_LOCAL"),
 		DockerImage:        get("AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest"),
@@ -500,6 +511,9 @@ func (c Config) Validate() error {
 	}
 	if c.ContextChars < 10_000 {
 		errs = append(errs, fmt.Errorf("context budget %d characters is too small (at least 10000)", c.ContextChars))
+	}
+	if c.ModelTimeout >= agentflow.ModelStepTimeout {
+		errs = append(errs, fmt.Errorf("AGENTBOT_MODEL_TIMEOUT %s: want less than %s, the limit of a model step", c.ModelTimeout, agentflow.ModelStepTimeout))
 	}
 	if c.TemporalAddress == "" && (c.TemporalTLS || c.TemporalAPIKey != "") {
 		errs = append(errs, errors.New("TEMPORAL_TLS, a TEMPORAL_TLS_* file or TEMPORAL_API_KEY is set but TEMPORAL_ADDRESS is not (the embedded dev server needs neither)"))

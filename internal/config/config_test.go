@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbot/agentbot/agentflow"
 )
 
 func TestLoad(t *testing.T) {
@@ -40,6 +42,20 @@ func TestLoad(t *testing.T) {
 		{name: "unknown variable", env: []string{"AGENTBOT_MODLE=x"}, wantErr: []string{"unknown variable AGENTBOT_MODLE"}},
 		{name: "bad numbers and durations", env: []string{"AGENTBOT_MAX_STEPS=lots", "AGENTBOT_IDLE_TIMEOUT=soon"},
 			wantErr: []string{"AGENTBOT_MAX_STEPS", "AGENTBOT_IDLE_TIMEOUT"}},
+		{name: "model timeout", env: []string{"AGENTBOT_MODEL_TIMEOUT=3s"}, check: func(t *testing.T, c Config) {
+			if c.ModelTimeout != 3*time.Second {
+				t.Fatalf("model timeout %v, want 3s", c.ModelTimeout)
+			}
+		}},
+		{name: "model timeout by default", check: func(t *testing.T, c Config) {
+			if c.ModelTimeout != DefaultModelTimeout || c.ModelTimeout >= agentflow.ModelStepTimeout {
+				t.Fatalf("model timeout %v, want %v, under the step's %v", c.ModelTimeout, DefaultModelTimeout, agentflow.ModelStepTimeout)
+			}
+		}},
+		{name: "model timeout not a duration", env: []string{"AGENTBOT_MODEL_TIMEOUT=30"}, wantErr: []string{`AGENTBOT_MODEL_TIMEOUT="30" is not a positive duration`}},
+		{name: "model timeout zero", env: []string{"AGENTBOT_MODEL_TIMEOUT=0s"}, wantErr: []string{`AGENTBOT_MODEL_TIMEOUT="0s" is not a positive duration`}},
+		{name: "model timeout negative", env: []string{"AGENTBOT_MODEL_TIMEOUT=-1m"}, wantErr: []string{`AGENTBOT_MODEL_TIMEOUT="-1m" is not a positive duration`}},
+		{name: "model timeout past the step's limit", env: []string{"AGENTBOT_MODEL_TIMEOUT=5m"}, wantErr: []string{"AGENTBOT_MODEL_TIMEOUT 5m0s: want less than 5m0s"}},
 		{name: "bad model api", env: []string{"AGENTBOT_MODEL_API=completions"}, wantErr: []string{"want chat or responses"}},
 		{name: "bad base url", env: []string{"OPENAI_BASE_URL=localhost:11434"}, wantErr: []string{"not an http(s) URL"}},
 		{name: "fake model", env: []string{"OPENAI_BASE_URL=fake"}},

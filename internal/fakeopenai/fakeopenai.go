@@ -366,6 +366,9 @@ func (ex *exchange) fail(e *HTTPError) {
 	ex.rec.Status = status
 	body, _ := json.Marshal(map[string]any{"error": e.envelope()})
 	ex.w.Header().Set("Content-Type", "application/json")
+	if e.RetryAfter != "" {
+		ex.w.Header().Set("Retry-After", e.RetryAfter)
+	}
 	ex.w.WriteHeader(status)
 	_, _ = ex.w.Write(append(body, '\n'))
 }

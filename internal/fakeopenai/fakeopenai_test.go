@@ -445,6 +445,55 @@ func TestReplies(t *testing.T) {
 	}
 }
 
+// TestRetryAfter: an error with RetryAfter carries it as the Retry-After
+// header, as given, on both APIs, alongside the usual error body; one
+// without sends no such header.
+func TestRetryAfter(t *testing.T) {
+	date := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).Format(http.TimeFormat)
+	tests := []struct {
+		name       string
+		err        fakeopenai.HTTPError
+		wantHeader string
+	}{
+		{"seconds on a rate limit", fakeopenai.HTTPError{Status: 429, Code: "rate_limit_exceeded", RetryAfter: "2"}, "2"},
+		{"a date on an overloaded server", fakeopenai.HTTPError{Status: 503, RetryAfter: date}, date},
+		{"none", fakeopenai.HTTPError{Status: 429, Code: "rate_limit_exceeded"}, ""},
+	}
+	for _, tt := range tests {
+		srv := fakeopenai.New(fakeopenai.Options{Script: reply(fakeopenai.Reply{Error: &tt.err})})
+		for _, api := range []string{"chat", "responses"} {
+			t.Run(tt.name+"/"+api, func(t *testing.T) {
+				path, body := "/chat/completions", chatBody(user("hi"))
+				if api == "responses" {
+					path, body = "/responses", respBody(user("hi"))
+				}
+				b, err := json.Marshal(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.Post(srv.URL()+path, "application/json", bytes.NewReader(b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var out map[string]any
+				if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != tt.err.Status {
+					t.Errorf("status = %d, want %d", resp.StatusCode, tt.err.Status)
+				}
+				errorOf(t, out)
+				got, present := resp.Header.Get("Retry-After"), len(resp.Header.Values("Retry-After")) > 0
+				if got != tt.wantHeader || present != (tt.wantHeader != "") {
+					t.Errorf("Retry-After = %q (present %v), want %q", got, present, tt.wantHeader)
+				}
+			})
+		}
+		srv.Close()
+	}
+}
+
 func TestRequests(t *testing.T) {
 	srv := fakeopenai.New(fakeopenai.Options{APIKey: "k", Script: reply(fakeopenai.Text("hi"))})
 	defer srv.Close()

@@ -153,6 +153,11 @@ type HTTPError struct {
 	Param string
 	// Message is the human-readable explanation.
 	Message string
+	// RetryAfter, when set, is sent as the Retry-After header, as a rate
+	// limit (429) or an overloaded server (503) does: a number of seconds
+	// ("2") or an HTTP date (time.RFC1123, in GMT). It is sent as it is,
+	// so a test may also send a malformed one.
+	RetryAfter string
 }
 
 // Error returns the status and the message.

@@ -283,6 +283,9 @@ AGENTBOT_MODEL_API: {{ . | quote }}
 {{- if not (kindIs "invalid" $v.model.contextChars) }}
 AGENTBOT_CONTEXT_CHARS: {{ $v.model.contextChars | toString | quote }}
 {{- end }}
+{{- with $v.model.timeout }}
+AGENTBOT_MODEL_TIMEOUT: {{ . | quote }}
+{{- end }}
 {{- with $v.reaper.interval }}
 AGENTBOT_REAP_INTERVAL: {{ . | quote }}
 {{- end }}
