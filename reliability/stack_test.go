@@ -51,7 +51,7 @@ const (
 	channel  = "C0REL"
 	admins   = root
 	allowed  = alice + "," + bob
-	modelKey = "sk-reliability"
+	modelKey = "sk-SECRET-model-3f9a0c7e5b1d2846"
 )
 
 func TestMain(m *testing.M) {
@@ -166,9 +166,11 @@ type stackConfig struct {
 	script func(next fakeopenai.Script) fakeopenai.Script
 	// model adjusts the fake model's options.
 	model func(*fakeopenai.Options)
-	// env is added to both processes' environment, workerEnv and botEnv
-	// to one of them (later entries win).
-	env, workerEnv, botEnv []string
+	// slack adjusts the fake Slack workspace's options (tokens, ...).
+	slack func(*fakeslack.Options)
+	// env is added to both processes' environment, workerEnv to the
+	// worker's (later entries win).
+	env, workerEnv []string
 }
 
 // option changes the stack a scenario starts.
@@ -184,17 +186,18 @@ func withModel(f func(*fakeopenai.Options)) option {
 	return func(c *stackConfig) { c.model = f }
 }
 
+// withSlack adjusts the fake Slack workspace's options (bot token,
+// signing secret, ...); the processes are given its tokens.
+func withSlack(f func(*fakeslack.Options)) option {
+	return func(c *stackConfig) { c.slack = f }
+}
+
 // withEnv adds NAME=value entries to both processes' environment.
 func withEnv(kv ...string) option { return func(c *stackConfig) { c.env = append(c.env, kv...) } }
 
 // withWorkerEnv adds NAME=value entries to the worker's environment.
 func withWorkerEnv(kv ...string) option {
 	return func(c *stackConfig) { c.workerEnv = append(c.workerEnv, kv...) }
-}
-
-// withBotEnv adds NAME=value entries to the bot's environment.
-func withBotEnv(kv ...string) option {
-	return func(c *stackConfig) { c.botEnv = append(c.botEnv, kv...) }
 }
 
 // startStack starts the services and a worker and a bot; the events,
@@ -218,7 +221,11 @@ func startStack(t *testing.T, opts ...option) *stack {
 		}
 	})
 	s.redis = testenv.StartRedis(ctx, t)
-	s.slack = fakeslack.New(fakeslack.Options{})
+	var sopts fakeslack.Options
+	if s.cfg.slack != nil {
+		s.cfg.slack(&sopts)
+	}
+	s.slack = fakeslack.New(sopts)
 	t.Cleanup(s.slack.Close)
 	mopts := fakeopenai.Options{Script: fakeopenai.DirectiveScript()}
 	if s.cfg.script != nil {
@@ -412,7 +419,7 @@ func (s *stack) killWorker(t *testing.T) {
 // startBot starts a bot process and waits until it is ready.
 func (s *stack) startBot(t *testing.T) {
 	t.Helper()
-	b := secretenvtest.Start(s.t, botBin, s.env(s.cfg.botEnv...))
+	b := secretenvtest.Start(s.t, botBin, s.env())
 	s.mu.Lock()
 	s.bot = b
 	s.mu.Unlock()

@@ -20,10 +20,23 @@ const MinLen = 8
 // Placeholder is what a secret is replaced with.
 const Placeholder = "[redacted]"
 
+// MinPiece is the shortest piece of a secret, at its start or at its end,
+// that a Redactor replaces on its own. Text cut short before it was
+// redacted (a command's output of which only the head and tail are kept, a
+// server's error message truncated to a few hundred characters) can end in
+// the start of a secret or begin with its end, which no match of the whole
+// value finds. Shorter pieces are left alone: they hide little (OpenAI's
+// own messages show a key's first and last few characters), and ordinary
+// text would match them.
+const MinPiece = 12
+
 // Redactor replaces known secret values. A nil or empty Redactor changes
 // nothing. It is safe for concurrent use.
 type Redactor struct {
-	forms    []string // every form of every secret, longest first
+	// needles are what Contains looks for: the first and last MinPiece
+	// bytes of every form of every secret (a whole form holds both), or
+	// the whole form when it is shorter.
+	needles  []string
 	replacer *strings.Replacer
 }
 
@@ -31,6 +44,8 @@ type Redactor struct {
 // MinLen are ignored. Each value is also looked for in its JSON-escaped
 // forms (as it appears inside a JSON string, with or without HTML
 // escaping), because tool-call arguments and tool outputs are often JSON.
+// Besides whole forms, it replaces their pieces of MinPiece bytes or more
+// at their start or end (see MinPiece).
 func New(secrets ...string) *Redactor {
 	var forms []string
 	for _, s := range secrets {
@@ -39,18 +54,36 @@ func New(secrets ...string) *Redactor {
 		}
 		forms = append(forms, s, jsonForm(s, true), jsonForm(s, false))
 	}
-	// Longest first, so that a secret containing another is replaced
-	// whole (strings.Replacer tries the old strings in argument order).
-	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
-	forms = slices.Compact(forms)
 	if len(forms) == 0 {
 		return &Redactor{}
 	}
-	pairs := make([]string, 0, 2*len(forms))
-	for _, f := range forms {
-		pairs = append(pairs, f, Placeholder)
+	var needles, olds []string
+	for _, f := range slices.Compact(slices.Sorted(slices.Values(forms))) {
+		olds = append(olds, f)
+		if len(f) <= MinPiece {
+			needles = append(needles, f)
+			continue
+		}
+		needles = append(needles, f[:MinPiece], f[len(f)-MinPiece:])
+		for n := MinPiece; n < len(f); n++ {
+			olds = append(olds, f[:n], f[len(f)-n:])
+		}
 	}
-	return &Redactor{forms: forms, replacer: strings.NewReplacer(pairs...)}
+	// Longest first, so that a secret containing another, or a whole
+	// secret rather than a piece of it, is replaced whole
+	// (strings.Replacer prefers the old strings given first).
+	slices.SortFunc(olds, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+	olds = slices.Compact(olds)
+	pairs := make([]string, 0, 2*len(olds))
+	for _, o := range olds {
+		pairs = append(pairs, o, Placeholder)
+	}
+	return &Redactor{needles: slices.Compact(slices.Sorted(slices.Values(needles))), replacer: strings.NewReplacer(pairs...)}
 }
 
 // jsonForm returns s as it appears between the quotes of a JSON string.
@@ -64,22 +97,24 @@ func jsonForm(s string, escapeHTML bool) string {
 }
 
 // Empty reports whether r knows no secret.
-func (r *Redactor) Empty() bool { return r == nil || len(r.forms) == 0 }
+func (r *Redactor) Empty() bool { return r == nil || len(r.needles) == 0 }
 
-// Contains reports whether s holds a known secret.
+// Contains reports whether s holds a known secret, or a piece of one that
+// String replaces.
 func (r *Redactor) Contains(s string) bool {
 	if r.Empty() {
 		return false
 	}
-	for _, f := range r.forms {
-		if strings.Contains(s, f) {
+	for _, n := range r.needles {
+		if strings.Contains(s, n) {
 			return true
 		}
 	}
 	return false
 }
 
-// String returns s with every known secret replaced by Placeholder.
+// String returns s with every known secret, and every piece of one that
+// MinPiece describes, replaced by Placeholder.
 func (r *Redactor) String(s string) string {
 	if !r.Contains(s) {
 		return s

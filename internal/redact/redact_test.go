@@ -28,6 +28,36 @@ func TestString(t *testing.T) {
 	}
 }
 
+// TestPieces: text cut short before it was redacted can end in the start
+// of a secret or begin with its end; such pieces of MinPiece bytes or more
+// are replaced, shorter ones and pieces from the middle are not.
+func TestPieces(t *testing.T) {
+	const key = "sk-proj-0123456789abcdefXYZ" // 27 bytes
+	r := New(key, "xoxb-short-1")             // 12 bytes: no pieces of its own
+	tests := []struct {
+		name, in, want string
+	}{
+		{"head kept, cut in the key", "out: " + key[:20] + "\n[... 99 bytes cut ...]", "out: [redacted]\n[... 99 bytes cut ...]"},
+		{"cut marked with an ellipsis", "refused for " + key[:MinPiece] + "…", "refused for [redacted]…"},
+		{"tail kept, starting in the key", "[... cut ...]" + key[5:] + " done", "[... cut ...][redacted] done"},
+		{"whole and cut", key + " " + key[:15], "[redacted] [redacted]"},
+		{"repeated without a separator, cut", key + key + key[:14], "[redacted][redacted][redacted]"},
+		{"a piece too short", "key " + key[:MinPiece-1] + "…", "key " + key[:MinPiece-1] + "…"},
+		{"a piece from the middle", "x " + key[3:20] + " y", "x " + key[3:20] + " y"},
+		{"a secret of MinPiece bytes: whole only", "t=xoxb-short-1 t=xoxb-short", "t=[redacted] t=xoxb-short"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := r.String(tt.in); got != tt.want {
+				t.Fatalf("String(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			if r.Contains(tt.in) != (tt.in != tt.want) {
+				t.Fatalf("Contains(%q) = %v, but String changes it: %v", tt.in, r.Contains(tt.in), tt.in != tt.want)
+			}
+		})
+	}
+}
+
 func TestEmpty(t *testing.T) {
 	for name, r := range map[string]*Redactor{"nil": nil, "no values": New(), "only short values": New("abc", "")} {
 		t.Run(name, func(t *testing.T) {
