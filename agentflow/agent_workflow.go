@@ -1028,9 +1028,14 @@ func (w *agent) ensureUp(ctx workflow.Context) error {
 		}
 	}
 	if ens.Lost {
-		if ens.Restored {
-			w.notice("The sandbox was gone (expired or removed outside); I made a new one and restored the workspace from the last snapshot. Changes after that snapshot are lost.")
-		} else {
+		// Dirty still says whether the lost workspace had changes the
+		// snapshot lacks: what the person lost, if anything.
+		switch {
+		case ens.Restored && !w.Dirty:
+			w.notice("The sandbox was gone (expired or removed outside); I made a new one and restored the workspace from the last snapshot, taken after its last change, so nothing in the workspace was lost. Programs that were running, and anything outside the workspace, are gone.")
+		case ens.Restored:
+			w.notice("The sandbox was gone (expired or removed outside); I made a new one and restored the workspace from the last snapshot. Changes made after that snapshot, if any, are lost.")
+		default:
 			w.notice("The sandbox was gone (expired or removed outside) and there was no snapshot; I started an empty one.")
 		}
 	}

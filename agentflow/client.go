@@ -23,6 +23,10 @@ var (
 	ErrNoSession = errors.New("no session in this thread")
 	// ErrDestroyed means the thread's session was destroyed.
 	ErrDestroyed = errors.New(ErrDestroyedText)
+	// ErrUnavailable means Temporal did not answer: it is down, restarting
+	// or unreachable, or did not answer in time. Nothing was refused: the
+	// same request may succeed later. It wraps Temporal's own error.
+	ErrUnavailable = errors.New("temporal is not answering")
 )
 
 // Client is the chat side's handle on sessions: every call is one Temporal
@@ -479,7 +483,7 @@ func (c *Client) Describe(ctx context.Context, threadKey string) (Presence, erro
 	case errors.As(err, &notFound):
 		return PresenceNone, nil
 	case err != nil:
-		return PresenceNone, fmt.Errorf("describing the session of %s: %w", threadKey, err)
+		return PresenceNone, fmt.Errorf("describing the session of %s: %w", threadKey, c.translate(err))
 	}
 	// Without a run ID the server describes the latest run, so a session
 	// that continued as new shows its running successor. Only destroy ends
@@ -519,7 +523,8 @@ func (c *Client) query(ctx context.Context, workflowID, name string, out any, ar
 }
 
 // translate maps Temporal's errors onto this package's: a session that does
-// not exist, or that ended (only destroy ends one).
+// not exist, or that ended (only destroy ends one), or a Temporal that does
+// not answer (ErrUnavailable).
 func (c *Client) translate(err error) error {
 	if err == nil {
 		return nil
@@ -527,6 +532,8 @@ func (c *Client) translate(err error) error {
 	var notFound *serviceerror.NotFound
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	var appErr *temporal.ApplicationError
+	var unavailable *serviceerror.Unavailable
+	var late *serviceerror.DeadlineExceeded
 	switch {
 	case errors.As(err, &appErr):
 		// A handler or validator refused: its message is for the user.
@@ -541,6 +548,10 @@ func (c *Client) translate(err error) error {
 			return ErrDestroyed
 		}
 		return ErrNoSession
+	case errors.As(err, &unavailable) || errors.As(err, &late) || errors.Is(err, context.DeadlineExceeded):
+		// Temporal is down or restarting (the SDK retries a call for its
+		// RPC timeout, 10 s, then gives up) or slow.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
 }

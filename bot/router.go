@@ -121,6 +121,14 @@ func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 	if !r.Access.Allowed(ev) {
 		r.log().Info("refused an event from outside the allowlist", "user", ev.User, "channel", ev.Channel)
 		r.metrics().Refused(ctx, ev.Platform, RefusedAccess)
+		if ev.Kind == KindMessage {
+			// Plain chat is not addressed to the bot: answering it would
+			// have the bot reply to every message of everyone outside the
+			// allowlist wherever it reads (on Discord, where a message
+			// has no private answer, in public). A mention or a command
+			// is told.
+			return nil
+		}
 		return reply.Reply(ctx, Response{Text: "Sorry — you are not on this bot's allowlist here, so I can't help with that.", Private: true})
 	}
 	resp, err := r.route(ctx, ev)
@@ -187,7 +195,10 @@ func (r *Router) route(ctx context.Context, ev Event) (*Response, error) {
 
 // message sends chat to the thread's session. A mention starts the session
 // if there is none; plain chat in a thread without a session is ignored,
-// and in a thread whose session was destroyed it is told so.
+// and in a thread whose session was destroyed it is told so. A message
+// that is blank or too long is refused before it reaches a session (so a
+// mention starts none), and only when it is addressed to the bot: a
+// mention, or chat in a session's thread.
 func (r *Router) message(ctx context.Context, ev Event, thread string, start bool) (*Response, error) {
 	if thread == "" {
 		return nil, errors.New("no thread for the message")
@@ -195,18 +206,13 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 	if strings.TrimSpace(ev.Text) == "" && len(ev.Files) > 0 {
 		ev.Text = "(shared a file)"
 	}
-	if strings.TrimSpace(ev.Text) == "" {
-		if start {
-			return &Response{Text: "Yes? Tell me what to do, or say `help`.", Private: true}, nil
+	if start {
+		if resp := unfit(ev.Text); resp != nil {
+			return resp, nil
 		}
-		return nil, nil
-	}
-	if len(ev.Text) > agentflow.MaxMessageBytes {
-		// Refused before anything exists: no session is started for it.
-		return &Response{Text: fmt.Sprintf("That message is too long (%d bytes, at most %d); send it as a file.", len(ev.Text), agentflow.MaxMessageBytes), Private: true}, nil
-	}
-	if !start {
-		p, err := r.lookup(ctx, thread)
+	} else {
+		var p agentflow.Presence
+		err := r.whileUnavailable(ctx, thread, func() (err error) { p, err = r.lookup(ctx, thread); return err })
 		if err == nil && p == agentflow.PresenceNone && !ev.ThreadStarted.IsZero() && time.Since(ev.ThreadStarted) < newThreadWindow {
 			// The mention that starts this thread's session may be being
 			// handled right now (by this replica or another): wait for
@@ -222,9 +228,18 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 		case agentflow.PresenceEnded:
 			return nil, agentflow.ErrDestroyed
 		}
+		if resp := unfit(ev.Text); resp != nil {
+			return resp, nil
+		}
 	}
 	in := r.newSession(ev, thread, "")
-	_, err := r.Sessions.Send(ctx, in, agentflow.MessageRequest{ID: ev.MessageID, Author: authorOf(ev), User: ev.User, Text: ev.Text, Files: ev.Files})
+	// The platform has its acknowledgement: while Temporal does not
+	// answer (a restart), keep the message and try again rather than lose
+	// it. The message ID makes a repeated Send harmless.
+	err := r.whileUnavailable(ctx, thread, func() error {
+		_, err := r.Sessions.Send(ctx, in, agentflow.MessageRequest{ID: ev.MessageID, Author: authorOf(ev), User: ev.User, Text: ev.Text, Files: ev.Files})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +251,47 @@ func (r *Router) message(ctx context.Context, ev Event, thread string, start boo
 		r.found(ctx, thread)
 	}
 	return nil, nil
+}
+
+// Waits between attempts to reach Temporal while it does not answer; each
+// attempt itself may take the SDK's RPC timeout (10 s).
+const (
+	unavailableRetryMin = 500 * time.Millisecond
+	unavailableRetryMax = 5 * time.Second
+)
+
+// whileUnavailable calls f, and again after a growing wait each time it
+// fails with agentflow.ErrUnavailable, until it returns anything else or
+// ctx ends (the handling of one event is bounded: see Pool). f must be
+// safe to repeat. It returns f's last error.
+func (r *Router) whileUnavailable(ctx context.Context, thread string, f func() error) error {
+	delay := unavailableRetryMin
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if !errors.Is(err, agentflow.ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		r.log().WarnContext(ctx, "temporal is not answering; trying again", "thread", thread, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, unavailableRetryMax)
+	}
+}
+
+// unfit answers a message a session cannot take: a blank one (the session
+// would refuse it, unseen by the sender) or one over MaxMessageBytes. It
+// returns nil for a message that may go to the session.
+func unfit(text string) *Response {
+	if strings.TrimSpace(text) == "" {
+		return &Response{Text: "Yes? Tell me what to do, or say `help`.", Private: true}
+	}
+	if len(text) > agentflow.MaxMessageBytes {
+		return &Response{Text: fmt.Sprintf("That message is too long (%d bytes, at most %d); send it as a file.", len(text), agentflow.MaxMessageBytes), Private: true}
+	}
+	return nil
 }
 
 // newSession is the input of a session that ev would start. Its requester
@@ -251,9 +307,12 @@ func (r *Router) newSession(ev Event, thread, backend string) agentflow.AgentInp
 		Admins: slices.Clone(r.Access.Admins), Title: titleFrom(ev.Text), Options: r.Options, DefaultBackend: defaulted}
 }
 
-// titleFrom makes a session title of the first words of its first message.
+// titleFrom makes a session title of the first words of its first message,
+// cleaned like a title given with a command (no control characters, no
+// bidirectional overrides, single spaces): the title is shown in lists and
+// status messages, where such characters could disguise it.
 func titleFrom(text string) string {
-	t := strings.Join(strings.Fields(text), " ")
+	t := sanitizeTitle(strings.ToValidUTF8(text, "\uFFFD"))
 	if t == "" {
 		return "new session"
 	}
@@ -783,6 +842,14 @@ func (r *Router) failure(ev Event, err error) *Response {
 	}
 	ref := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff)
 	r.log().Error("event failed", "ref", ref, "thread", ev.ThreadKey, "kind", ev.Kind, "error", err)
+	if errors.Is(err, agentflow.ErrUnavailable) {
+		// Said plainly: the person must know the message is not kept.
+		what := "that was not done"
+		if ev.Kind != KindCommand {
+			what = "I could not take your message, and it is not kept"
+		}
+		return &Response{Text: fmt.Sprintf("Sorry — the bot's session service is not answering, so %s. Please send it again in a few minutes (ref %s).", what, ref), Private: true}
+	}
 	return &Response{Text: fmt.Sprintf("Sorry, something went wrong (ref %s).", ref), Private: true}
 }
 
