@@ -94,13 +94,21 @@ type Activities struct {
 	insOnce sync.Once
 	ins     *instruments
 
+	// rd is the Redactor of Secrets, made once: with every piece of
+	// every secret it is not cheap to build (see redact.New).
+	rdOnce sync.Once
+	rd     *redact.Redactor
+
 	// nsIDs caches the IDs of Temporal namespaces by name (see
 	// namespaceID).
 	nsMu  sync.Mutex
 	nsIDs map[string]string
 }
 
-func (a *Activities) redactor() *redact.Redactor { return redact.New(a.Secrets...) }
+func (a *Activities) redactor() *redact.Redactor {
+	a.rdOnce.Do(func() { a.rd = redact.New(a.Secrets...) })
+	return a.rd
+}
 
 // redactOut replaces known secrets in an activity's result (res, a pointer;
 // nil for none) and error before they are recorded in the workflow's
