@@ -1,11 +1,12 @@
 // Package reliability_test runs the real gateway (cmd/bot) and worker
 // (cmd/worker) as separate processes against a real Temporal dev server
-// (with a file database), a real redis-server, the fake Slack workspace
-// over the signed HTTP Events API and the fake model, and repeats each
-// failure scenario of issue 11 -runs times, counting how often it held.
-// Every scenario must hold every time.
+// (with a file database), a real redis-server, Docker, the fake Slack
+// workspace over its signed HTTP APIs and the fake model, and repeats each
+// scenario of issues 11 and 16 (faults on purpose, bad input, secrets)
+// -runs times, counting how often it held. Every scenario must hold every
+// time; make reliability turns the counts into docs/reliability.md.
 //
-//	go test -race ./reliability/ -runs=20 -timeout 60m
+//	go test -race ./reliability/ -runs=20 -timeout 180m
 package reliability_test
 
 import (
@@ -36,7 +37,7 @@ import (
 	"github.com/agentbot/agentbot/internal/testenv"
 )
 
-var runs = flag.Int("runs", 3, "how many times each scenario runs (make reliability: 20)")
+var runs = flag.Int("runs", 1, "how many times each scenario runs (make reliability: 20)")
 
 // The binaries under test, built once by TestMain.
 var botBin, workerBin string

@@ -272,7 +272,7 @@ func (r *report) write(w io.Writer, h header) error {
 	b.WriteString("`cmd/bot` and `cmd/worker` processes, a real Temporal dev server on a database file, real Redis and Docker,\n")
 	b.WriteString("and the protocol fakes for Slack and the model (`reliability/`), with the security tables of the other\n")
 	b.WriteString("packages and the fuzz targets. Written by `make reliability` (`scripts/reliability.sh`); `make test`\n")
-	b.WriteString("runs the same scenarios 3 times each and every fuzz target for 8 s.\n\n")
+	b.WriteString("runs each scenario once and every fuzz target for 8 s.\n\n")
 	fmt.Fprintf(&b, "Last run: %s, %s, %d CPUs, %s; each scenario %d times, each fuzz target %s",
 		h.Date.Format("2006-01-02"), h.Platform, h.CPUs, h.Go, h.Runs, h.FuzzTime)
 	if h.Took > 0 {
