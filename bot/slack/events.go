@@ -217,6 +217,16 @@ func (id *identity) mentions(text string) bool {
 	return id.mention.MatchString(text)
 }
 
+// slashEvent is the event of a slash command, before any thread is opened
+// for it; ok is false when its channel is no Slack channel ID.
+func slashEvent(cmd slack.SlashCommand) (ev bot.Event, ok bool) {
+	if !validChannel(cmd.ChannelID) {
+		return ev, false
+	}
+	return bot.Event{ID: cmd.TriggerID, Platform: Platform, Kind: bot.KindCommand, Channel: cmd.ChannelID,
+		User: cmd.UserID, Text: strings.TrimSpace(unescape(cmd.Text))}, true
+}
+
 // onSlash handles one acknowledged slash command ("/agent <text>").
 func (in *Inbound) onSlash(ctx context.Context, cmd slack.SlashCommand) {
 	id, err := in.identity(ctx)
@@ -224,13 +234,12 @@ func (in *Inbound) onSlash(ctx context.Context, cmd slack.SlashCommand) {
 		in.log.Error("cannot handle a slash command without knowing the bot", "trigger_id", cmd.TriggerID, "error", err)
 		return
 	}
-	if !validChannel(cmd.ChannelID) {
+	ev, ok := slashEvent(cmd)
+	if !ok {
 		in.log.Warn("ignored a slash command from a channel that is no Slack channel ID", "trigger_id", cmd.TriggerID)
 		return
 	}
-	text := strings.TrimSpace(unescape(cmd.Text))
-	ev := bot.Event{ID: cmd.TriggerID, Platform: Platform, Kind: bot.KindCommand, Channel: cmd.ChannelID,
-		User: cmd.UserID, Text: text}
+	text := ev.Text
 	ev.UserName = in.userName(ctx, cmd.UserID)
 	r := &slashReplier{in: in, responseURL: cmd.ResponseURL, channel: cmd.ChannelID, user: cmd.UserID}
 	if parsed, err := bot.Parse(text, in.cfg.Backends); err == nil {

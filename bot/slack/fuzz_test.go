@@ -100,3 +100,46 @@ func FuzzInteraction(f *testing.F) {
 		}
 	})
 }
+
+func FuzzSlashCommand(f *testing.F) {
+	for _, b := range []string{
+		"command=%2Fagent&text=new+docker&channel_id=C1&user_id=U1&team_id=T1&trigger_id=t1&response_url=https%3A%2F%2Fhooks.slack.com%2Fx",
+		"command=%2Fagent&text=switch+%26lt%3Bdocker%26gt%3B&channel_id=C1&user_id=U1",
+		"command=%2Fagent&text=title+%22a+b%22&channel_id=C:1&user_id=U1",
+		"command=%2Fagent&text=%00%1b%ff&channel_id=C1&user_id=U1",
+		"text=list&channel_id=&user_id=U1", "channel_id=C1", "%", "",
+	} {
+		f.Add([]byte(b))
+	}
+	backends := []string{"local", "docker"}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		cmd, ok := slashCommandOf(body)
+		if !ok {
+			return
+		}
+		if cmd.ChannelID == "" || cmd.UserID == "" {
+			t.Fatalf("accepted a slash command without channel or user: %+v", cmd)
+		}
+		ev, ok := slashEvent(cmd)
+		if !ok {
+			if validChannel(cmd.ChannelID) {
+				t.Fatalf("refused the slash command of valid channel %q", cmd.ChannelID)
+			}
+			return
+		}
+		if ev.Kind != bot.KindCommand || ev.Channel != cmd.ChannelID || ev.User != cmd.UserID || ev.Platform != Platform {
+			t.Fatalf("slash command %+v made the event %+v", cmd, ev)
+		}
+		if ev.Text != strings.TrimSpace(ev.Text) {
+			t.Fatalf("command text %q is not trimmed", ev.Text)
+		}
+		// Whatever the text, the grammar answers (a command or an error).
+		_, _ = bot.Parse(ev.Text, backends)
+		// The thread that /agent new opens under the bot's message parses
+		// back to this channel.
+		_, ch, _, err := ParseThreadKey(ThreadKey("T1", ev.Channel, "1700000000.000100"))
+		if err != nil || ch != ev.Channel {
+			t.Fatalf("thread key of channel %q: channel %q, %v", ev.Channel, ch, err)
+		}
+	})
+}

@@ -117,12 +117,24 @@ func (in *Inbound) serveCommands(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	form, err := url.ParseQuery(string(body))
-	if err != nil {
+	cmd, ok := slashCommandOf(body)
+	if !ok {
 		http.Error(w, "not a slash command", http.StatusBadRequest)
 		return
 	}
-	cmd := slack.SlashCommand{
+	// An empty 200 acknowledges without a visible answer; the answer
+	// comes through response_url.
+	in.accept(w, r, func(ctx context.Context) { in.onSlash(ctx, cmd) })
+}
+
+// slashCommandOf reads a slash command's form body; ok is false for a body
+// that is no form or names no channel or user.
+func slashCommandOf(body []byte) (cmd slack.SlashCommand, ok bool) {
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return cmd, false
+	}
+	cmd = slack.SlashCommand{
 		TeamID:      form.Get("team_id"),
 		ChannelID:   form.Get("channel_id"),
 		UserID:      form.Get("user_id"),
@@ -133,13 +145,7 @@ func (in *Inbound) serveCommands(w http.ResponseWriter, r *http.Request) {
 		TriggerID:   form.Get("trigger_id"),
 		APIAppID:    form.Get("api_app_id"),
 	}
-	if cmd.ChannelID == "" || cmd.UserID == "" {
-		http.Error(w, "not a slash command", http.StatusBadRequest)
-		return
-	}
-	// An empty 200 acknowledges without a visible answer; the answer
-	// comes through response_url.
-	in.accept(w, r, func(ctx context.Context) { in.onSlash(ctx, cmd) })
+	return cmd, cmd.ChannelID != "" && cmd.UserID != ""
 }
 
 func (in *Inbound) serveInteractivity(w http.ResponseWriter, r *http.Request) {
