@@ -82,6 +82,10 @@ type Router struct {
 	insOnce sync.Once
 	ins     *Metrics
 
+	// rd is the Redactor of Secrets, made once (see redactor).
+	rdOnce sync.Once
+	rd     *redact.Redactor
+
 	mu    sync.Mutex
 	local map[string]time.Time // event IDs seen (until when), while the cache is down
 	// settledLocal marks the local entries whose event was handed over.
@@ -96,7 +100,7 @@ type Router struct {
 func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 	ctx, span := r.startSpan(ctx, ev)
 	defer span.End()
-	reply = redactReplies(reply, r.Secrets)
+	reply = redactReplies(reply, r.redactor())
 	r.metrics().Event(ctx, ev.Platform, ev.Kind)
 	// An event is claimed for a short while (ClaimTTL) before it is
 	// handed to Temporal, where it becomes durable (a message's signal is
@@ -162,10 +166,16 @@ func (r *Router) Handle(ctx context.Context, ev Event, reply Replier) error {
 // replyTimeout bounds posting one answer.
 const replyTimeout = 30 * time.Second
 
+// redactor is the Redactor of r.Secrets, made at its first use: with
+// every piece of every secret it is not cheap to build (see redact.New).
+func (r *Router) redactor() *redact.Redactor {
+	r.rdOnce.Do(func() { r.rd = redact.New(r.Secrets...) })
+	return r.rd
+}
+
 // redactReplies wraps reply so that every Response it gets has the known
 // secrets replaced: one place that every answer of Handle passes.
-func redactReplies(reply Replier, secrets []string) Replier {
-	rd := redact.New(secrets...)
+func redactReplies(reply Replier, rd *redact.Redactor) Replier {
 	if rd.Empty() {
 		return reply
 	}

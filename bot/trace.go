@@ -5,8 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/agentbot/agentbot/internal/redact"
 )
 
 // startSpan starts the span of an inbound event, the root of the trace of
@@ -31,7 +29,7 @@ func (r *Router) startSpan(ctx context.Context, ev Event) (context.Context, trac
 			attribute.Bool("agentbot.retry", ev.Retry),
 		))
 	if r.TraceContent && span.IsRecording() {
-		span.SetAttributes(attribute.String("agentbot.text", redact.New(r.Secrets...).String(ev.Text)))
+		span.SetAttributes(attribute.String("agentbot.text", r.redactor().String(ev.Text)))
 	}
 	return ctx, span
 }
