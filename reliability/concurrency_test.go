@@ -1,16 +1,13 @@
 package reliability_test
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	dockerclient "github.com/docker/docker/client"
@@ -600,36 +597,13 @@ func TestRapidMessagesDuringTurn(t *testing.T) {
 					}
 				}
 			}
-			if n := turnsOfAny(s, tokens[th]); n >= rapid {
+			if n := s.turnsOfAny(tokens[th]); n >= rapid {
 				t.Errorf("thread %s's %d rapid messages took %d turns: not batched", th, rapid, n)
 			} else {
 				t.Logf("thread %s's %d rapid messages took %d turns", th, rapid, n)
 			}
 		}
 	})
-}
-
-// turnsOfAny counts the turns the model was asked to start (see
-// stack.turns) for a message holding any of tokens: a batch of several
-// counts once.
-func turnsOfAny(s *stack, tokens []string) int {
-	n := 0
-	for _, r := range s.model.Requests() {
-		i, last := r.Call.LastUserMessage()
-		if r.Status != http.StatusOK || i < 0 || !slices.ContainsFunc(tokens, func(tok string) bool { return strings.Contains(last, tok) }) {
-			continue
-		}
-		first := true
-		for _, m := range r.Call.Messages[i+1:] {
-			if m.Role == "assistant" || m.Role == "tool" {
-				first = false
-			}
-		}
-		if first {
-			n++
-		}
-	}
-	return n
 }
 
 // isDone says m is an agent's final answer (see isAnswer).
@@ -695,36 +669,5 @@ func namespaceID(t *testing.T, s *stack) string {
 // workspace volumes) of the namespace nsID, and fails the test if any is
 // left.
 func removeNamespaceContainers(t *testing.T, nsID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Errorf("removing the sandbox containers: %v", err)
-		return
-	}
-	defer cli.Close()
-	list := func() ([]container.Summary, error) {
-		return cli.ContainerList(ctx, container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", agentflow.LabelNamespace+"="+nsID))})
-	}
-	cs, err := list()
-	if err != nil {
-		t.Errorf("listing the sandbox containers: %v", err)
-		return
-	}
-	for _, c := range cs {
-		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("removing container %.12s: %v", c.ID, err)
-		}
-	}
-	t.Logf("removed the %d sandbox containers of this test", len(cs))
-	left, err := list()
-	if err != nil {
-		t.Errorf("listing the sandbox containers: %v", err)
-		return
-	}
-	for _, c := range left {
-		t.Errorf("container %.12s (%s) of this test is still there", c.ID, c.Labels[agentflow.LabelSession])
-	}
+	testenv.RemoveContainers(t, agentflow.LabelNamespace, nsID)
 }

@@ -510,11 +510,15 @@ func (s *stack) dumpThread(root string) string {
 // turns counts the turns the model was asked to start for the message
 // containing text: successful requests whose last user message has text
 // and is followed by no assistant step yet (the first call of a turn).
-func (s *stack) turns(text string) int {
+func (s *stack) turns(text string) int { return s.turnsOfAny([]string{text}) }
+
+// turnsOfAny counts the turns the model was asked to start for messages
+// containing any of texts (see turns).
+func (s *stack) turnsOfAny(texts []string) int {
 	n := 0
 	for _, r := range s.model.Requests() {
 		i, last := r.Call.LastUserMessage()
-		if r.Status != http.StatusOK || i < 0 || !strings.Contains(last, text) {
+		if r.Status != http.StatusOK || i < 0 || !slices.ContainsFunc(texts, func(t string) bool { return strings.Contains(last, t) }) {
 			continue
 		}
 		first := true

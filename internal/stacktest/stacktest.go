@@ -16,12 +16,7 @@ import (
 	"encoding/hex"
 	"maps"
 	"testing"
-	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	dockerclient "github.com/docker/docker/client"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -141,36 +136,5 @@ func (l labelled) Create(ctx context.Context, spec sandboxes.Spec) (sandboxes.In
 // removeContainers removes the containers (and their workspace volumes) of
 // the stack whose LabelRun value is run, and fails the test if any is left.
 func removeContainers(t *testing.T, run string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Errorf("removing the stack's containers: %v", err)
-		return
-	}
-	defer cli.Close()
-	list := func() ([]container.Summary, error) {
-		return cli.ContainerList(ctx, container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", LabelRun+"="+run))})
-	}
-	cs, err := list()
-	if err != nil {
-		t.Errorf("listing the stack's containers: %v", err)
-		return
-	}
-	for _, c := range cs {
-		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("removing container %.12s: %v", c.ID, err)
-		}
-	}
-	t.Logf("removed the %d sandbox containers of this test", len(cs))
-	left, err := list()
-	if err != nil {
-		t.Errorf("listing the stack's containers: %v", err)
-		return
-	}
-	for _, c := range left {
-		t.Errorf("container %.12s (%s) of this test is still there", c.ID, c.Labels["agentbot.session"])
-	}
+	testenv.RemoveContainers(t, LabelRun, run)
 }
