@@ -553,15 +553,8 @@ type accEntry struct {
 // Docker sandboxes.
 func TestAccessEveryEntryPoint(t *testing.T) {
 	ctx := context.Background()
-	fd := fakediscord.New(fakediscord.Options{})
-	fd.Point()
-	t.Cleanup(fd.Close)
+	fd, stack := startDiscord(t)
 	o := fd.Options()
-	sender, err := discordbot.NewSender(discordbot.SenderConfig{Token: o.BotToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stack := stacktest.Start(t, map[string]agentflow.ChatSender{discordbot.Platform: sender})
 	dg, err := discordgo.New("Bot " + o.BotToken)
 	if err != nil {
 		t.Fatal(err)

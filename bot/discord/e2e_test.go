@@ -17,20 +17,27 @@ import (
 	"github.com/agentbot/agentbot/store"
 )
 
+// startDiscord starts the fake Discord (its API is where discordgo calls)
+// and the product's stack with the real Discord sender.
+func startDiscord(t *testing.T) (*fakediscord.Server, *stacktest.Stack) {
+	t.Helper()
+	fd := fakediscord.New(fakediscord.Options{})
+	fd.Point()
+	t.Cleanup(fd.Close)
+	sender, err := discordbot.NewSender(discordbot.SenderConfig{Token: fd.Options().BotToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd, stacktest.Start(t, map[string]agentflow.ChatSender{discordbot.Platform: sender})
+}
+
 // TestDiscordEndToEnd drives the product from a (fake) Discord guild, over
 // the gateway websocket and the REST API, with the real Router, Temporal,
 // sandboxes and the fake model.
 func TestDiscordEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	fd := fakediscord.New(fakediscord.Options{})
-	fd.Point()
-	t.Cleanup(fd.Close)
+	fd, stack := startDiscord(t)
 	o := fd.Options()
-	sender, err := discordbot.NewSender(discordbot.SenderConfig{Token: o.BotToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stack := stacktest.Start(t, map[string]agentflow.ChatSender{discordbot.Platform: sender})
 	router := &bot.Router{Sessions: stack.Sessions, Cache: store.NewMemoryCache(),
 		Backends: []string{"local", "docker"}, DefaultBackend: "local"}
 	in, err := discordbot.NewInbound(discordbot.InboundConfig{Token: o.BotToken, AppID: o.AppID,
