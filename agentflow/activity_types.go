@@ -118,6 +118,11 @@ type ToolResult struct {
 	Mutating bool `json:"mutating,omitempty"`
 	// Summary is a short line for progress messages ("exit 0 in 1.2s").
 	Summary string `json:"summary,omitempty"`
+	// Head is the first line of a command's output (stdout, else
+	// stderr), cut to a line's width; Lines counts the lines it printed.
+	// Both are for progress rows.
+	Head  string `json:"head,omitempty"`
+	Lines int    `json:"lines,omitempty"`
 	// Fingerprint is the workspace's fingerprint after the call, when it
 	// could be taken quickly (see SnapshotResult.Fingerprint).
 	Fingerprint string `json:"fingerprint,omitempty"`

@@ -170,6 +170,14 @@ func (w *agent) register(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandler(ctx, QueryConversation, func(by string) (Conversation, error) {
+		if !w.mayControl(by) {
+			return Conversation{}, errors.New(ErrNotOwnerText)
+		}
+		return Conversation{Transcript: w.Transcript, Pending: slices.Clone(w.Pending)}, nil
+	}); err != nil {
+		return err
+	}
 	handlers := []struct {
 		name      string
 		handler   any
@@ -906,6 +914,9 @@ func (w *agent) view() SessionView {
 	if w.Policy != nil {
 		v.TokenBudget = w.Policy.SessionTokens
 	}
+	if v.Status == StatusBusy {
+		v.Activity = w.lock.kind
+	}
 	if w.slot != nil && !w.slot.Granted && w.turnRunning() {
 		v.QueuedBehind = w.slot.Behind
 	}
@@ -1372,7 +1383,7 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "not run: the user stopped the turn"})
 			continue
 		}
-		st.State = "running"
+		st.State, st.Started = "running", workflow.Now(ctx)
 		w.progress(ctx, turn, TurnRunning, false)
 		r, err := w.runTool(turnCtx, turn, step, c)
 		if gone(err) && turnCtx.Err() == nil {
@@ -1384,6 +1395,7 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 				r, err = w.runTool(turnCtx, turn, step, c)
 			}
 		}
+		st.Elapsed = workflow.Now(ctx).Sub(st.Started)
 		if c.Name != "read_file" {
 			w.Dirty = !w.matchesSnapshot(ctx, r, err)
 		}
@@ -1414,7 +1426,7 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 		} else {
 			st.State = "failed"
 		}
-		st.Detail = r.Summary
+		st.Detail, st.Head, st.Lines = r.Summary, r.Head, r.Lines
 		out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: r.Output})
 	}
 	w.progress(ctx, turn, TurnRunning, false)

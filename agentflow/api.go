@@ -50,6 +50,10 @@ const (
 	// QueryTranscript returns the recent turns ([]TurnSummary). Its one
 	// argument is who asks: only the owner and admins may export.
 	QueryTranscript = "transcript"
+	// QueryConversation returns where the session's conversation is
+	// (Conversation): its one argument is who asks, as for
+	// QueryTranscript. Client.Conversation reads it from the blob store.
+	QueryConversation = "conversation"
 	// QueryMessage returns what became of one message, by ID
 	// (MessageResult; ErrUnknownMessage when the ID was never seen or is
 	// long forgotten). Client.Wait polls it: update handlers never block on
@@ -407,8 +411,16 @@ type ToolStatus struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Summary string `json:"summary"` // "shell: go test ./..."
-	State   string `json:"state"`   // pending, running, done, failed
+	State   string `json:"state"`   // pending, running, done, failed, cancelled, unknown
 	Detail  string `json:"detail,omitempty"`
+	// Head and Lines are ToolResult's: the first line of a command's
+	// output and how many lines it printed.
+	Head  string `json:"head,omitempty"`
+	Lines int    `json:"lines,omitempty"`
+	// Started is when the call started running (workflow time); Elapsed
+	// how long it ran, once it ended.
+	Started time.Time     `json:"started,omitempty"`
+	Elapsed time.Duration `json:"elapsed,omitempty"`
 }
 
 // SessionView is the answer of QueryState.
@@ -450,6 +462,18 @@ type SessionView struct {
 	TokenBudget int64 `json:"token_budget,omitempty"`
 	// Waiting for a turn slot: queued behind so many sessions.
 	QueuedBehind int `json:"queued_behind,omitempty"`
+	// Activity says what holds the session while Status is busy:
+	// "switch", "fork", "pause", "destroy", "reset", or "idle" (saving
+	// the workspace before the idle sandbox stops).
+	Activity string `json:"activity,omitempty"`
+}
+
+// Conversation is the answer of QueryConversation: the transcript's
+// newest version in the blob store, and the messages not yet written to
+// it.
+type Conversation struct {
+	Transcript TranscriptRef `json:"transcript"`
+	Pending    []llm.Message `json:"pending,omitempty"`
 }
 
 // UndeliveredAnswer is an answer that could not be posted to the chat.

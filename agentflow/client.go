@@ -3,6 +3,7 @@ package agentflow
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +16,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentbot/agentbot/agentflow/llm"
+	"github.com/agentbot/agentbot/store"
 )
 
 // Errors of Client.
@@ -570,4 +574,38 @@ func (e *RefusedError) Unwrap() error { return e.err }
 
 func isCompleted(err error) bool {
 	return strings.Contains(err.Error(), "already completed")
+}
+
+// Conversation returns the session's whole conversation — the user's
+// messages, the model's answers and tool calls, the tools' outputs — read
+// from blobs, the blob store the session's worker writes
+// (AGENTBOT_BLOB_URL). by is who asks: as for Transcript, only the
+// session's requester and its admins get it (a RefusedError otherwise).
+// Errors: ErrNoSession, ErrDestroyed, the blob store's (a store this
+// process cannot read says so).
+func (c *Client) Conversation(ctx context.Context, blobs *store.Blobs, threadKey, by string) ([]llm.Message, error) {
+	var conv Conversation
+	err := c.query(ctx, AgentWorkflowID(threadKey), QueryConversation, &conv, by)
+	var failed *serviceerror.QueryFailed
+	if errors.As(err, &failed) {
+		if failed.Message == ErrDestroyedText {
+			return nil, ErrDestroyed
+		}
+		return nil, &RefusedError{Msg: failed.Message, err: err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var msgs []llm.Message
+	if conv.Transcript.Key != "" {
+		r, err := blobs.NewReader(ctx, conv.Transcript.Key)
+		if err != nil {
+			return nil, fmt.Errorf("reading the conversation of %s: %w", threadKey, err)
+		}
+		defer r.Close()
+		if err := json.NewDecoder(r).Decode(&msgs); err != nil {
+			return nil, fmt.Errorf("reading the conversation of %s: %w", threadKey, err)
+		}
+	}
+	return append(msgs, conv.Pending...), nil
 }

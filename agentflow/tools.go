@@ -311,6 +311,7 @@ func (a *Activities) shell(ctx context.Context, sb *sandboxes.Sandbox, in ToolIn
 	}
 	res.OK = !out.TimedOut && out.ExitCode == 0
 	res.Output = capText(b.String(), MaxToolOutput, "")
+	res.Head, res.Lines = outputHead(out.Stdout.String(), out.Stderr.String())
 	return res, nil
 }
 
@@ -457,6 +458,30 @@ func safeName(s string) string {
 		return "call"
 	}
 	return b.String()
+}
+
+// outputHead returns the first non-blank line of stdout (else of stderr),
+// cut to 120 bytes, and how many lines the two hold.
+func outputHead(stdout, stderr string) (head string, lines int) {
+	for _, s := range []string{stdout, stderr} {
+		if s == "" {
+			continue
+		}
+		lines += strings.Count(s, "\n")
+		if !strings.HasSuffix(s, "\n") {
+			lines++
+		}
+		if head != "" {
+			continue
+		}
+		for l := range strings.Lines(s) {
+			if l = strings.TrimSpace(l); l != "" {
+				head = cut(l, 120)
+				break
+			}
+		}
+	}
+	return head, lines
 }
 
 // toolSummary is a one-line description of a call for progress messages.
