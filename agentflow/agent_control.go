@@ -309,7 +309,7 @@ func (w *agent) fork(ctx workflow.Context, r ForkRequest) (ForkResult, error) {
 		}
 	}
 	seed.Model, seed.Policy = w.Model, w.Policy
-	in := AgentInput{ThreadKey: thread, Title: title, Backend: backend, Requester: r.Requester,
+	in := AgentInput{ThreadKey: thread, Title: title, Backend: backend, Root: r.Root, Requester: r.Requester,
 		Admins: seed.Admins, Parent: w.ThreadKey, Seed: &seed, Options: seed.Options, Policy: w.Policy, Model: w.Model}
 	if err := workflow.ExecuteActivity(storeCtx(ctx), a.StartFork, in).Get(ctx, nil); err != nil {
 		return ForkResult{}, errors.New(userError(err))

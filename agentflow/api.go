@@ -515,8 +515,13 @@ type SessionEntry struct {
 type ForkRequest struct {
 	SourceThread string `json:"source_thread"`
 	Backend      string `json:"backend,omitempty"`
-	Title        string `json:"title,omitempty"`
-	Requester    string `json:"requester,omitempty"`
+	// Root is the fork's workspace root, for a backend that takes one
+	// (local: a host directory the fork works in instead of a fresh one).
+	// Like a switch's root, it goes to the backend, which refuses one it
+	// cannot use when it makes the fork's sandbox (its first turn).
+	Root      string `json:"root,omitempty"`
+	Title     string `json:"title,omitempty"`
+	Requester string `json:"requester,omitempty"`
 	// RequestID makes the fork idempotent: a repeated ID returns the first
 	// fork.
 	RequestID string `json:"request_id"`

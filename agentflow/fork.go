@@ -72,7 +72,7 @@ func (a *Activities) ForkSession(ctx context.Context, in ForkSessionInput) (res 
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}, AgentWorkflowName, AgentInput{
-		ThreadKey: thread, Title: title, Backend: backend, Requester: r.Requester,
+		ThreadKey: thread, Title: title, Backend: backend, Root: r.Root, Requester: r.Requester,
 		Admins: seed.Admins, Parent: r.SourceThread, Seed: &seed, Options: seed.Options,
 	})
 	if err != nil {

@@ -158,7 +158,7 @@ func (m *manager) decide(ctx workflow.Context, r ControlRequest) (ControlResult,
 		if err := m.capCheck(p, r.By, ""); err != nil {
 			return ControlResult{}, err
 		}
-		return m.handOver(ctx, r, UpdateFork, ForkRequest{SourceThread: r.Thread, Backend: r.Backend, Title: r.Title,
+		return m.handOver(ctx, r, UpdateFork, ForkRequest{SourceThread: r.Thread, Backend: r.Backend, Root: r.Root, Title: r.Title,
 			Requester: r.By, RequestID: r.RequestID, Notify: true})
 	case ControlTitle:
 		return m.handOver(ctx, r, UpdateTitle, TitleRequest{Title: r.Title, By: r.By, Notify: true})

@@ -15,9 +15,9 @@ type Verb string
 
 // The verbs of the chat command grammar, in the order Help lists them.
 const (
-	VerbNew      Verb = "new"      // new [backend] [title...]
+	VerbNew      Verb = "new"      // new [backend] [--root /abs/path] [title...]
 	VerbSwitch   Verb = "switch"   // switch <backend> [root]
-	VerbFork     Verb = "fork"     // fork [--backend b] [title...]
+	VerbFork     Verb = "fork"     // fork [--backend b] [--root /abs/path] [title...]
 	VerbTitle    Verb = "title"    // title <name...>
 	VerbModel    Verb = "model"    // model [name]
 	VerbStop     Verb = "stop"     // stop: cancel the running turn
@@ -72,9 +72,9 @@ var verbs = []Verb{
 }
 
 var synopses = map[Verb]string{
-	VerbNew:      "new [backend] [title...]",
+	VerbNew:      "new [backend] [--root /abs/path] [title...]",
 	VerbSwitch:   "switch <backend> [root]",
-	VerbFork:     "fork [--backend b] [title...]",
+	VerbFork:     "fork [--backend b] [--root /abs/path] [title...]",
 	VerbTitle:    "title <name...>",
 	VerbModel:    "model [name]",
 	VerbStop:     "stop",
@@ -91,9 +91,9 @@ var synopses = map[Verb]string{
 }
 
 var descriptions = map[Verb]string{
-	VerbNew:      "start a new session, optionally on a given sandbox backend and with a title",
+	VerbNew:      "start a new session, optionally on a given sandbox backend, in a given workspace root (an absolute directory, for the local backend) and with a title",
 	VerbSwitch:   "move this session to another sandbox backend, workspace files included (root: an absolute directory, for the local backend)",
-	VerbFork:     "copy this session (conversation and workspace) into a new thread, optionally on another backend",
+	VerbFork:     "copy this session (conversation and workspace) into a new thread, optionally on another backend or into a given workspace root (an absolute directory, for the local backend)",
 	VerbTitle:    "rename this session",
 	VerbModel:    "show this session's model, or set it (to one the policy allows)",
 	VerbStop:     "cancel the turn that is running",
@@ -141,9 +141,11 @@ func Help() string {
 
 // Command is a parsed chat command. Which fields are set depends on Verb:
 //
-//   - new: Backend (optional, one of the known backends), Title (optional)
+//   - new: Backend (optional, one of the known backends), Root (optional,
+//     absolute and clean), Title (optional)
 //   - switch: Backend (required), Root (optional, absolute and clean)
-//   - fork: Backend (optional), Title (optional)
+//   - fork: Backend (optional), Root (optional, absolute and clean), Title
+//     (optional)
 //   - title: Title (required, non-empty)
 //   - model: Model (optional: empty shows the model, a name sets it)
 //   - policy: PolicyAction ("", PolicySet or PolicyReset); for set,
@@ -162,6 +164,10 @@ func Help() string {
 // ASCII letters, digits and '-' that starts with a letter or digit, at most
 // MaxPolicyKeyLen long; Parse checks only that shape, not that the key
 // exists. Page is 0 when not given, at least 1 otherwise.
+//
+// Root is the workspace root asked for; Parse accepts it with any backend,
+// as the backend alone knows whether it can work there (the local backend
+// takes a host directory, others refuse it when the sandbox is made).
 type Command struct {
 	Verb    Verb
 	Backend string
@@ -194,9 +200,12 @@ func (c Command) String() string {
 		if c.Backend != "" {
 			parts = append(parts, quoteWord(c.Backend))
 		}
-		// Without a backend, the first title word is quoted so it is never
-		// taken for one (String does not know the list of backends).
-		parts = append(parts, titleWords(c.Title, c.Backend == "")...)
+		parts = append(parts, rootWords(c.Root)...)
+		// Without a backend or root before it, the first title word is
+		// quoted so it is never taken for a backend (String does not know
+		// the list of backends); one that starts with "--" is quoted so it
+		// is never taken for an option.
+		parts = append(parts, titleWords(c.Title, (c.Backend == "" && c.Root == "") || isOption(c.Title))...)
 	case VerbSwitch:
 		parts = append(parts, quoteWord(c.Backend))
 		if c.Root != "" {
@@ -206,6 +215,7 @@ func (c Command) String() string {
 		if c.Backend != "" {
 			parts = append(parts, "--backend", quoteWord(c.Backend))
 		}
+		parts = append(parts, rootWords(c.Root)...)
 		parts = append(parts, titleWords(c.Title, isOption(c.Title))...)
 	case VerbTitle:
 		parts = append(parts, titleWords(c.Title, false)...)
@@ -236,6 +246,14 @@ func (c Command) String() string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// rootWords is the --root option of new and fork, or nothing for no root.
+func rootWords(root string) []string {
+	if root == "" {
+		return nil
+	}
+	return []string{"--root", quoteWord(root)}
 }
 
 // titleWords splits a sanitised title into words, quoting those that need it;
@@ -303,13 +321,18 @@ func usageErr(v Verb, problem string) *ParseError {
 // matching closing quote, white space included, and a backslash inside ASCII
 // double quotes escapes " or \. A quote that opens in the middle of a word, or
 // that is never closed, is an ordinary character, so "user's bug" needs no
-// quoting. A quoted word is never a backend in "new" nor an option in "fork".
+// quoting. A quoted word is never a backend in "new" nor an option in "new"
+// or "fork".
 //
 // Verbs and backend names are matched without regard to case. Empty text is
 // "help". For "new", the first word is the backend only if it names one of
 // backends; otherwise it starts the title. Titles are the remaining words
 // joined by single spaces, with control characters removed; longer than
-// MaxTitleRunes is an error. A root must be an absolute path; it is cleaned.
+// MaxTitleRunes is an error. The options of new (--root) and fork
+// (--backend, --root) come before the title in any order, each at most
+// once, with the value as the next word or after '='; "--" ends them, and a
+// title that starts with "--" is written after it or quoted. A root (of
+// switch, new or fork) must be an absolute path; it is cleaned.
 // Em and en dashes that chat clients substitute for "--" are read as "--".
 // A model name keeps its case; policy actions and keys do not (keys come
 // back in lower case), and a policy value is the remaining words joined
@@ -344,6 +367,10 @@ func parseArgs(v Verb, args []token, backends []string) (Command, error) {
 				args = args[1:]
 			}
 		}
+		args, err := options(&cmd, args, backends)
+		if err != nil {
+			return Command{}, err
+		}
 		t, err := title(v, args)
 		if err != nil {
 			return Command{}, err
@@ -362,21 +389,15 @@ func parseArgs(v Verb, args []token, backends []string) (Command, error) {
 		}
 		cmd.Backend = b
 		if len(args) == 2 {
-			root := args[1].text
-			if strings.ContainsFunc(root, unicode.IsControl) {
-				return Command{}, usageErr(v, "the root must not contain control characters")
+			if cmd.Root, err = workspaceRoot(v, args[1].text); err != nil {
+				return Command{}, err
 			}
-			if !path.IsAbs(root) {
-				return Command{}, usageErr(v, fmt.Sprintf("the root must be an absolute path, like /home/me/project, not '%s'", clip(root)))
-			}
-			cmd.Root = path.Clean(root)
 		}
 	case VerbFork:
-		args, b, err := forkOptions(args, backends)
+		args, err := options(&cmd, args, backends)
 		if err != nil {
 			return Command{}, err
 		}
-		cmd.Backend = b
 		t, err := title(v, args)
 		if err != nil {
 			return Command{}, err
@@ -633,41 +654,69 @@ func verbNames() []string {
 	return names
 }
 
-// forkOptions consumes fork's leading options and returns the rest.
-func forkOptions(args []token, backends []string) ([]token, string, error) {
-	const v = VerbFork
-	var b string
-	seen := false
+// options consumes the leading options of new (--root) and of fork
+// (--backend, --root) into cmd and returns the words after them.
+func options(cmd *Command, args []token, backends []string) ([]token, error) {
+	v := cmd.Verb
 	for len(args) > 0 && !args[0].quoted && isOption(args[0].text) {
 		opt := normaliseDashes(args[0].text)
 		args = args[1:]
-		var val string
+		if opt == "--" {
+			return args, nil
+		}
+		name, val, hasVal := strings.Cut(opt, "=")
+		var needs string
 		switch {
-		case opt == "--":
-			return args, b, nil
-		case opt == "--backend":
+		case name == "--backend" && v == VerbFork:
+			needs = "a backend name"
+		case name == "--root":
+			needs = "an absolute path"
+		default:
+			return nil, usageErr(v, fmt.Sprintf("unknown option '%s' (to start a title with '--', quote it)", clip(opt)))
+		}
+		if !hasVal {
 			if len(args) == 0 {
-				return nil, "", usageErr(v, "--backend needs a backend name")
+				return nil, usageErr(v, fmt.Sprintf("%s needs %s", name, needs))
 			}
 			val, args = args[0].text, args[1:]
-		case strings.HasPrefix(opt, "--backend="):
-			val = strings.TrimPrefix(opt, "--backend=")
-		default:
-			return nil, "", usageErr(v, fmt.Sprintf("unknown option '%s' (to start a title with '--', quote it)", clip(opt)))
 		}
-		if seen {
-			return nil, "", usageErr(v, "--backend is given twice")
-		}
-		seen = true
+		// A root or backend is never empty once given, so a set field
+		// means the option came before.
 		var err error
-		if b, err = backend(v, val, backends); err != nil {
-			return nil, "", err
+		switch name {
+		case "--backend":
+			if cmd.Backend != "" {
+				return nil, usageErr(v, "--backend is given twice")
+			}
+			cmd.Backend, err = backend(v, val, backends)
+		case "--root":
+			if cmd.Root != "" {
+				return nil, usageErr(v, "--root is given twice")
+			}
+			cmd.Root, err = workspaceRoot(v, val)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return args, b, nil
+	return args, nil
 }
 
-// isOption reports whether an unquoted word is read as an option of fork.
+// workspaceRoot checks a workspace root given to v and returns it cleaned.
+// Whether the directory exists, and whether the backend may use it, is for
+// the backend to say when it makes the sandbox.
+func workspaceRoot(v Verb, root string) (string, error) {
+	if strings.ContainsFunc(root, unicode.IsControl) {
+		return "", usageErr(v, "the root must not contain control characters")
+	}
+	if !path.IsAbs(root) {
+		return "", usageErr(v, fmt.Sprintf("the root must be an absolute path, like /home/me/project, not '%s'", clip(root)))
+	}
+	return path.Clean(root), nil
+}
+
+// isOption reports whether an unquoted word is read as an option of new or
+// fork.
 func isOption(w string) bool { return strings.HasPrefix(normaliseDashes(w), "--") }
 
 // normaliseDashes turns a leading em or en dash, which chat clients put in
@@ -894,7 +943,8 @@ func quoted(s string) (text, rest string, ok bool) {
 //     the bot, e.g. "<@U123>" on Slack; "<@!U123>" and "<@U123|name>" are
 //     accepted for "<@U123>"), optionally followed by ':' or ',', is a command
 //     only when its next word is a verb (any case) used in the verb's shape:
-//     new, fork and title take any text; switch takes one or two words, the
+//     new takes a backend, options and a quoted title, fork options and a
+//     quoted title, title a quoted name; switch takes one or two words, the
 //     second a path starting with '/'; help takes nothing or a verb; model,
 //     policy, list and audit take what Parse accepts of them (a model name;
 //     set or reset and a key; their options); every other verb must stand
@@ -973,15 +1023,16 @@ func commandShaped(toks []token) bool {
 	case VerbNew, VerbFork, VerbTitle:
 		// These take free text, so after a mention they read as prose
 		// ("new tests for the parser please") unless what follows is
-		// only a backend name (new), options (fork --backend b) and a
-		// quoted title. The explicit forms (!agent, /agent) take any text.
+		// only a backend name (new), options (new --root /dir, fork
+		// --backend b) and a quoted title. The explicit forms (!agent,
+		// /agent) take any text.
 		for i, a := range args {
 			switch {
 			case a.quoted:
 				return i == len(args)-1
 			case v == VerbNew && i == 0 && slices.Contains(backendNames, strings.ToLower(a.text)):
-			case v == VerbFork && strings.HasPrefix(a.text, "--"):
-			case v == VerbFork && i > 0 && strings.HasPrefix(args[i-1].text, "--"):
+			case v != VerbTitle && strings.HasPrefix(a.text, "--"):
+			case v != VerbTitle && i > 0 && strings.HasPrefix(args[i-1].text, "--"):
 			default:
 				return false
 			}

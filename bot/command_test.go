@@ -39,6 +39,19 @@ func TestParse(t *testing.T) {
 		{"new smart quotes", "new \u201Cdocker thing\u201D", bot.Command{Verb: bot.VerbNew, Title: "docker thing"}},
 		{"new unclosed quote is literal", `new "oops it`, bot.Command{Verb: bot.VerbNew, Title: `"oops it`}},
 		{"new escaped quote", `new "say \"hi\" \\o/"`, bot.Command{Verb: bot.VerbNew, Title: `say "hi" \o/`}},
+		{"new root", "new local --root /srv/proj fix it", bot.Command{Verb: bot.VerbNew, Backend: "local", Root: "/srv/proj", Title: "fix it"}},
+		{"new root without backend", "new --root /srv/proj", bot.Command{Verb: bot.VerbNew, Root: "/srv/proj"}},
+		{"new root before a backend name is title", "new --root /srv/proj docker", bot.Command{Verb: bot.VerbNew, Root: "/srv/proj", Title: "docker"}},
+		{"new root equals", "new local --root=/srv/proj x", bot.Command{Verb: bot.VerbNew, Backend: "local", Root: "/srv/proj", Title: "x"}},
+		{"new root cleaned", "new local --root /a/../b/ x", bot.Command{Verb: bot.VerbNew, Backend: "local", Root: "/b", Title: "x"}},
+		{"new quoted root", `new local --root "/srv/my project" t`, bot.Command{Verb: bot.VerbNew, Backend: "local", Root: "/srv/my project", Title: "t"}},
+		{"new em dash root", "new \u2014root /srv/x t", bot.Command{Verb: bot.VerbNew, Root: "/srv/x", Title: "t"}},
+		// As switch: the backend, not the grammar, says which roots it
+		// can use (docker takes only its own /workspace).
+		{"new root with a non-local backend", "new docker --root /workspace t", bot.Command{Verb: bot.VerbNew, Backend: "docker", Root: "/workspace", Title: "t"}},
+		{"new double dash ends options", "new local -- --root /x", bot.Command{Verb: bot.VerbNew, Backend: "local", Title: "--root /x"}},
+		{"new quoted dash title", `new docker "--x" y`, bot.Command{Verb: bot.VerbNew, Backend: "docker", Title: "--x y"}},
+		{"new option only at start", "new local a --root /x", bot.Command{Verb: bot.VerbNew, Backend: "local", Title: "a --root /x"}},
 
 		{"switch", "switch docker", bot.Command{Verb: bot.VerbSwitch, Backend: "docker"}},
 		{"switch with root", "switch local /home/me/proj", bot.Command{Verb: bot.VerbSwitch, Backend: "local", Root: "/home/me/proj"}},
@@ -54,6 +67,14 @@ func TestParse(t *testing.T) {
 		{"fork double dash ends options", "fork -- --backend", bot.Command{Verb: bot.VerbFork, Title: "--backend"}},
 		{"fork quoted dash title", `fork "--x" y`, bot.Command{Verb: bot.VerbFork, Title: "--x y"}},
 		{"fork option only at start", "fork a --backend docker", bot.Command{Verb: bot.VerbFork, Title: "a --backend docker"}},
+		{"fork root", "fork --root /srv/x try it", bot.Command{Verb: bot.VerbFork, Root: "/srv/x", Title: "try it"}},
+		{"fork backend then root", "fork --backend local --root /srv/x t", bot.Command{Verb: bot.VerbFork, Backend: "local", Root: "/srv/x", Title: "t"}},
+		{"fork root then backend, equals", "fork --root=/srv/x --backend=local t", bot.Command{Verb: bot.VerbFork, Backend: "local", Root: "/srv/x", Title: "t"}},
+		{"fork root cleaned", "fork --root /a/../b", bot.Command{Verb: bot.VerbFork, Root: "/b"}},
+		{"fork quoted root", `fork --root '/srv/a b' --backend local`, bot.Command{Verb: bot.VerbFork, Backend: "local", Root: "/srv/a b"}},
+		{"fork en dash root", "fork \u2013root /srv/x", bot.Command{Verb: bot.VerbFork, Root: "/srv/x"}},
+		{"fork root with a non-local backend", "fork --backend e2b --root /srv/x", bot.Command{Verb: bot.VerbFork, Backend: "e2b", Root: "/srv/x"}},
+		{"fork double dash after root", "fork --root /x -- --backend", bot.Command{Verb: bot.VerbFork, Root: "/x", Title: "--backend"}},
 
 		{"title", "title Fix auth bug", bot.Command{Verb: bot.VerbTitle, Title: "Fix auth bug"}},
 		{"title backend word", "title docker", bot.Command{Verb: bot.VerbTitle, Title: "docker"}},
@@ -155,11 +176,38 @@ func TestParseErrors(t *testing.T) {
 		{"fork unknown backend", "fork --backend dokcer", nil, bot.VerbFork,
 			[]string{"unknown backend 'dokcer'", "did you mean 'docker'?"}, nil},
 		{"fork backend missing value", "fork --backend", nil, bot.VerbFork,
-			[]string{"--backend needs a backend name", "usage: fork [--backend b] [title...]"}, nil},
+			[]string{"--backend needs a backend name", "usage: fork [--backend b] [--root /abs/path] [title...]"}, nil},
 		{"fork unknown option", "fork --backnd docker", nil, bot.VerbFork,
 			[]string{"unknown option '--backnd'", "usage: fork"}, nil},
 		{"fork backend twice", "fork --backend local --backend docker", nil, bot.VerbFork,
 			[]string{"--backend is given twice"}, nil},
+		{"fork backend twice around a root", "fork --backend=local --root /x --backend docker", nil, bot.VerbFork,
+			[]string{"--backend is given twice"}, nil},
+		{"fork root twice", "fork --root /a --backend local --root /a", nil, bot.VerbFork,
+			[]string{"--root is given twice", "usage: fork"}, nil},
+		{"fork root missing value", "fork --backend local --root", nil, bot.VerbFork,
+			[]string{"--root needs an absolute path", "usage: fork"}, nil},
+		{"fork root takes the next word", "fork --root --backend docker", nil, bot.VerbFork,
+			[]string{"absolute path", "not '--backend'"}, nil},
+		{"fork relative root", "fork --root src/app t", nil, bot.VerbFork,
+			[]string{"absolute path", "'src/app'", "usage: fork"}, nil},
+		{"fork root with control char", "fork --root \"/a\x01b\"", nil, bot.VerbFork,
+			[]string{"control characters"}, nil},
+
+		{"new relative root", "new local --root src/app t", nil, bot.VerbNew,
+			[]string{"absolute path", "'src/app'", "usage: new [backend] [--root /abs/path] [title...]"}, nil},
+		{"new empty root", "new --root= t", nil, bot.VerbNew,
+			[]string{"absolute path", "not ''"}, nil},
+		{"new root with control char", "new --root=/a\x01b", nil, bot.VerbNew,
+			[]string{"control characters"}, nil},
+		{"new root twice", "new local --root /a --root=/b", nil, bot.VerbNew,
+			[]string{"--root is given twice"}, nil},
+		{"new root missing value", "new docker --root", nil, bot.VerbNew,
+			[]string{"--root needs an absolute path", "usage: new"}, nil},
+		{"new unknown option", "new local --rot /x", nil, bot.VerbNew,
+			[]string{"unknown option '--rot'", "quote it", "usage: new"}, nil},
+		{"new has no backend option", "new --backend docker", nil, bot.VerbNew,
+			[]string{"unknown option '--backend'"}, nil},
 
 		{"title without name", "title", nil, bot.VerbTitle,
 			[]string{"title needs a name", "usage: title <name...>"}, nil},
@@ -336,6 +384,43 @@ func TestParseErrorMessages(t *testing.T) {
 	}
 }
 
+// TestRootErrorsAsSwitch: a root given to new or fork is refused for
+// what switch refuses one for, in the same words; only the usage line
+// differs.
+func TestRootErrorsAsSwitch(t *testing.T) {
+	for _, bad := range []string{"src/app", "\"/a\x01b\"", `""`, "./workspace", "~/proj"} {
+		t.Run(bad, func(t *testing.T) {
+			problem := func(v bot.Verb, text string) string {
+				t.Helper()
+				_, err := bot.Parse(text, testBackends)
+				var pe *bot.ParseError
+				if !errors.As(err, &pe) || pe.Verb != v {
+					t.Fatalf("Parse(%q) = %v; want a *ParseError of %s", text, err, v)
+				}
+				p, ok := strings.CutSuffix(pe.Message, "; usage: "+bot.Usage(v))
+				if !ok {
+					t.Fatalf("Parse(%q): message %q does not end with the usage of %s", text, pe.Message, v)
+				}
+				return p
+			}
+			want := problem(bot.VerbSwitch, "switch local "+bad)
+			for _, c := range []struct {
+				v    bot.Verb
+				text string
+			}{
+				{bot.VerbNew, "new local --root " + bad + " title"},
+				{bot.VerbNew, "new --root " + bad},
+				{bot.VerbFork, "fork --root " + bad + " --backend local"},
+				{bot.VerbFork, "fork --backend docker --root " + bad},
+			} {
+				if got := problem(c.v, c.text); got != want {
+					t.Errorf("Parse(%q) says %q; switch says %q", c.text, got, want)
+				}
+			}
+		})
+	}
+}
+
 // TestCommandString pins the canonical form of the new verbs' commands,
 // including ones no user typed (Discord builds commands from options).
 func TestCommandString(t *testing.T) {
@@ -357,6 +442,12 @@ func TestCommandString(t *testing.T) {
 		{bot.Command{Verb: bot.VerbList}, "list"},
 		{bot.Command{Verb: bot.VerbList, Scope: bot.ScopeMine}, "list --mine"},
 		{bot.Command{Verb: bot.VerbList, Scope: bot.ScopeAll, Page: 2}, "list --all --page 2"},
+		{bot.Command{Verb: bot.VerbNew, Root: "/srv/a b"}, `new --root "/srv/a b"`},
+		{bot.Command{Verb: bot.VerbNew, Root: "/x", Title: "docker y"}, "new --root /x docker y"},
+		{bot.Command{Verb: bot.VerbNew, Backend: "local", Root: "/x", Title: "--y z"}, `new local --root /x "--y" z`},
+		{bot.Command{Verb: bot.VerbNew, Backend: "docker", Title: "--x"}, `new docker "--x"`},
+		{bot.Command{Verb: bot.VerbFork, Backend: "local", Root: "/x", Title: "t"}, "fork --backend local --root /x t"},
+		{bot.Command{Verb: bot.VerbFork, Root: "/x", Title: "--t"}, `fork --root /x "--t"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -400,8 +491,8 @@ func TestUsageAndHelp(t *testing.T) {
 	if got := bot.Verbs(); !slices.Equal(got, wantOrder) {
 		t.Errorf("Verbs() = %v, want %v", got, wantOrder)
 	}
-	for _, want := range []string{"new [backend] [title...]", "switch <backend> [root]",
-		"fork [--backend b] [title...]", "title <name...>", "help [verb]", "model [name]",
+	for _, want := range []string{"new [backend] [--root /abs/path] [title...]", "switch <backend> [root]",
+		"fork [--backend b] [--root /abs/path] [title...]", "title <name...>", "help [verb]", "model [name]",
 		"policy [set <key> <value...> | reset [key]]", "audit [--page N]", "list [--mine | --all] [--page N]"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("Help lacks %q", want)
@@ -438,6 +529,9 @@ func TestTrigger(t *testing.T) {
 		{"mention fork with option", "<@U123> fork --backend docker", me, "fork --backend docker", true},
 		{"mention fork with option and quoted title", `<@U123> fork --backend local "try local"`, me, `fork --backend local "try local"`, true},
 		{"mention switch with root", "<@U123> switch local /srv/x", me, "switch local /srv/x", true},
+		{"mention new with a root", "<@U123> new local --root /srv/x", me, "new local --root /srv/x", true},
+		{"mention new with a root and a quoted title", `<@U123> new --root=/srv/x "fix it"`, me, `new --root=/srv/x "fix it"`, true},
+		{"mention fork with a root", "<@U123> fork --root /srv/x --backend local", me, "fork --root /srv/x --backend local", true},
 		{"mention switch typo is a command", "<@U123> switch dokcer", me, "switch dokcer", true},
 		{"mention switch alone is a command", "<@U123> switch", me, "switch", true},
 		{"mention help verb", "<@U123> help fork", me, "help fork", true},
@@ -458,6 +552,8 @@ func TestTrigger(t *testing.T) {
 		// make it a command after a mention.
 		{"new in prose is chat", "<@U123> new tests for the parser please, then run them", me, "", false},
 		{"new with two words is chat", "<@U123> new tests", me, "", false},
+		{"new with an option in prose is chat", "<@U123> new tests --root /srv/x", me, "", false},
+		{"new with options then prose is chat", "<@U123> new --verbose output please", me, "", false},
 		{"title in prose is chat", "<@U123> title case all the headings in README.md", me, "", false},
 		{"fork in prose is chat", "<@U123> fork the repo and open a PR", me, "", false},
 		{"mention then chat starting with verb", "<@U123> stop the server on port 80", me, "", false},
@@ -501,6 +597,8 @@ func FuzzParse(f *testing.F) {
 		"policy set K '\"v\"'", "policy reset", "policy reset k", "policy sett", "policy set k \x00",
 		"audit --page 2", "audit \u2014page=3", "audit 2", "list --mine", "list --all --page 9",
 		"list --mine --all", "list --page 0", "list mine",
+		"new local --root /a/../b t", "new --root=/x docker", "new -- --root", "new --root rel",
+		"fork --root /x --backend local t", "fork --root=/x --root=/y", "fork --root", `new "--root" /x`,
 	} {
 		f.Add(s)
 	}
@@ -522,8 +620,9 @@ func FuzzParse(f *testing.F) {
 		if cmd.Backend != "" && !slices.Contains(testBackends, cmd.Backend) {
 			t.Fatalf("Parse(%q): backend %q not in the list", text, cmd.Backend)
 		}
-		if cmd.Root != "" && (!path.IsAbs(cmd.Root) || cmd.Verb != bot.VerbSwitch) {
-			t.Fatalf("Parse(%q): root %q is not absolute or not for switch", text, cmd.Root)
+		if cmd.Root != "" && (!path.IsAbs(cmd.Root) || path.Clean(cmd.Root) != cmd.Root ||
+			(cmd.Verb != bot.VerbSwitch && cmd.Verb != bot.VerbNew && cmd.Verb != bot.VerbFork)) {
+			t.Fatalf("Parse(%q): root %q is not absolute and clean, or not for switch, new or fork", text, cmd.Root)
 		}
 		if strings.ContainsFunc(cmd.Title, unicode.IsControl) || strings.ContainsFunc(cmd.Root, unicode.IsControl) {
 			t.Fatalf("Parse(%q): control character in %+v", text, cmd)

@@ -39,6 +39,10 @@ func (r *Router) newCommand(ctx context.Context, ev Event, thread string, cmd Co
 		return nil, errors.New("no thread to start a session in")
 	}
 	in := r.newSession(ev, target, cmd.Backend)
+	// The root is checked where it is used, as switch's is: the backend
+	// refuses one it cannot use when it makes the session's sandbox. The
+	// gateway may not even run on the host the root names.
+	in.Root = cmd.Root
 	if cmd.Title != "" {
 		in.Title = cmd.Title
 	}

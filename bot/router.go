@@ -465,7 +465,9 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 		r.forget(ctx, thread)
 		return pending(res, fmt.Sprintf("Switching to `%s` after the current turn, if one is running; I'll say here when it's done.", cmd.Backend)), nil
 	case VerbFork:
-		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlFork, Backend: cmd.Backend, Title: cmd.Title})
+		// A root goes to the sandbox of the fork, which refuses one its
+		// backend cannot use, as with switch.
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlFork, Backend: cmd.Backend, Root: cmd.Root, Title: cmd.Title})
 		if err != nil {
 			return nil, err
 		}
