@@ -122,7 +122,7 @@ func (c *Chat) message(ctx context.Context, line string) {
 		case err != nil && ctx.Err() == nil:
 			c.printf("[%s] ! %s\n", strings.TrimPrefix(thread, "term:"), sayError(err))
 		case err == nil && c.PrintAnswers && res.Result != nil:
-			c.printf("[%s] agent: %s\n", strings.TrimPrefix(thread, "term:"), res.Result.Answer)
+			c.printf("[%s] agent:%s\n", strings.TrimPrefix(thread, "term:"), answerText(res.Result.Answer))
 		}
 	}()
 }
@@ -179,7 +179,7 @@ func (c *Chat) printf(format string, args ...any) {
 
 func (c *Chat) replier(thread string) bot.Replier {
 	return bot.ReplierFunc(func(ctx context.Context, r bot.Response) error {
-		text := renderLinks(r.Text)
+		text := Plain(r.Text)
 		if r.WebUI != "" {
 			text += "\n" + r.WebUI
 		}

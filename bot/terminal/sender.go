@@ -4,7 +4,9 @@
 // bot core with no chat platform.
 //
 // Thread keys are "term:<name>". The terminal shows one thread at a time;
-// messages of other threads are printed with their thread's name.
+// messages of other threads are printed with their thread's name. What it
+// prints is plain text: the bot's chat markup and the model's Markdown go
+// through Plain.
 package terminal
 
 import (
@@ -36,9 +38,9 @@ func NewSender(w io.Writer) *Sender {
 	return &Sender{w: w, last: map[string]string{}, answered: map[string]chan struct{}{}}
 }
 
-var threadLink = regexp.MustCompile(`<thread:([^>]+)>`)
-
-// Deliver prints m.
+// Deliver prints m. Answers and notices are shown as plain text (Plain);
+// progress lines show a tool's command and outcome as they are, since they
+// are not markup ("echo `date`" is a command, not code in a sentence).
 func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,7 +68,7 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		_, err := io.WriteString(s.w, text)
 		return err
 	case agentflow.OutboundAnswer:
-		text = fmt.Sprintf("[%s] agent: %s\n", name, m.Text.Inline)
+		text = fmt.Sprintf("[%s] agent:%s\n", name, answerText(m.Text.Inline))
 		defer s.markAnswered(m.MessageIDs)
 	case agentflow.OutboundTitle:
 		return nil // the command's own answer says it
@@ -74,9 +76,8 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		if strings.TrimSpace(m.Text.Inline) == "" {
 			return nil
 		}
-		text = fmt.Sprintf("[%s] * %s\n", name, m.Text.Inline)
+		text = fmt.Sprintf("[%s] * %s\n", name, Plain(m.Text.Inline))
 	}
-	text = renderLinks(text)
 	if s.last[m.Key] == text {
 		return nil
 	}
@@ -147,9 +148,13 @@ func slug(s string) string {
 	return s
 }
 
-// renderLinks shows "<thread:term:x>" tokens as 'x'.
-func renderLinks(text string) string {
-	return threadLink.ReplaceAllStringFunc(text, func(l string) string {
-		return "'" + strings.TrimPrefix(threadLink.FindStringSubmatch(l)[1], "term:") + "'"
-	})
+// answerText is a model's answer (Markdown) as the terminal shows it after
+// "agent:": plain, on the next line when it starts with code, so that the
+// code keeps its indentation.
+func answerText(answer string) string {
+	text := Plain(answer)
+	if strings.HasPrefix(text, codeIndent) {
+		return "\n" + text
+	}
+	return " " + text
 }

@@ -46,13 +46,13 @@ func TestEmbeddedDefault(t *testing.T) {
 		return out.String()
 	}
 	out := run("write: hello.txt <<< hi from the terminal\nsh: cat hello.txt\n/title first\n/status\n/quit\n")
-	for _, want := range []string{"[main] agent:", "hi from the terminal", "*first* — idle on `local`"} {
+	for _, want := range []string{"[main] agent:", "hi from the terminal", "first — idle on local"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("first run: want %q in:\n%s", want, out)
 		}
 	}
 	out = run("/status\n/list\n/quit\n")
-	if !strings.Contains(out, "turn 1, 0 queued") || !strings.Contains(out, "*first*") {
+	if !strings.Contains(out, "turn 1, 0 queued") || !strings.Contains(out, "first — ") {
 		t.Fatalf("second run does not find the session of the first:\n%s", out)
 	}
 	if log, err := os.ReadFile(filepath.Join(state, "bot.log")); err != nil || len(log) == 0 {
@@ -110,7 +110,7 @@ func TestSwitchToDocker(t *testing.T) {
 			t.Errorf("want %q in:\n%s", want, out)
 		}
 	}
-	if out := run("/status\n/destroy\n/quit\n"); !strings.Contains(out, "`docker`") {
+	if out := run("/status\n/destroy\n/quit\n"); !strings.Contains(out, " on docker") {
 		t.Errorf("the session is not on docker:\n%s", out)
 	}
 }
@@ -174,7 +174,7 @@ func TestSwitchToMissingImage(t *testing.T) {
 	if !strings.Contains(rest, "not available here") || !strings.Contains(rest, "scripts/build-sandbox-image.sh") {
 		t.Errorf("/switch docker does not say why docker is unavailable:\n%s", rest)
 	}
-	if strings.Contains(rest, "Switching to") || !strings.Contains(rest, "on `local`") {
+	if strings.Contains(rest, "Switching to") || !strings.Contains(rest, "on local") {
 		t.Errorf("the session did not stay on local:\n%s", rest)
 	}
 }
