@@ -226,3 +226,22 @@ func treeDate(t, now time.Time) string {
 	}
 	return t.In(now.Location()).Format(time.DateOnly)
 }
+
+// TreeRow is one line of a fork tree: entries[Index], drawn after Prefix
+// (the tree glyphs: "", "├─ ", "│  └─ ", ...).
+type TreeRow struct {
+	Index  int
+	Prefix string
+}
+
+// TreeRows orders entries as TreeText draws them — roots oldest first,
+// each followed by its forks, depth first — for a UI that draws its own
+// lines. It does not modify entries.
+func TreeRows(entries []agentflow.SessionEntry) []TreeRow {
+	rows := treeRows(entries)
+	out := make([]TreeRow, len(rows))
+	for i, r := range rows {
+		out[i] = TreeRow{Index: r.entry, Prefix: r.prefix}
+	}
+	return out
+}

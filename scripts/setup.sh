@@ -63,7 +63,8 @@ docker_answers() {
 go_tool temporal github.com/temporalio/cli/cmd/temporal@v1.5.1
 
 if ((want_test)); then
-	apt_pkgs redis-server busybox-static zstd
+	# tmux: the terminal UI is tested on a real terminal (cmd/bot TestTUI).
+	apt_pkgs redis-server busybox-static zstd tmux
 	go_tool workflowcheck go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 	go_tool staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	go_tool helm helm.sh/helm/v3/cmd/helm@v3.22.0

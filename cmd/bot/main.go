@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+	"golang.org/x/term"
 
 	_ "gocloud.dev/blob/gcsblob" // gs:// blob stores
 	_ "gocloud.dev/blob/s3blob"  // s3:// blob stores
@@ -40,6 +41,7 @@ import (
 	discordbot "github.com/agentbot/agentbot/bot/discord"
 	slackbot "github.com/agentbot/agentbot/bot/slack"
 	"github.com/agentbot/agentbot/bot/terminal"
+	"github.com/agentbot/agentbot/bot/terminal/tui"
 	"github.com/agentbot/agentbot/internal/agentworker"
 	"github.com/agentbot/agentbot/internal/config"
 	"github.com/agentbot/agentbot/internal/debugserver"
@@ -57,9 +59,14 @@ import (
 // -ldflags "-X main.version=...").
 var version = "dev"
 
+// plain keeps the terminal chat in line mode even on a terminal.
+var plain = flag.Bool("plain", false, "in the terminal, the line chat (plain text, one line per event) even when stdin and stdout are a terminal; without a terminal it is always the line chat")
+
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: bot\n\nEnvironment:\n%s", config.Table())
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: bot [--plain]\n\n")
+		flag.PrintDefaults()
+		fmt.Fprintf(flag.CommandLine.Output(), "\nEnvironment:\n%s", config.Table())
 	}
 	flag.Parse()
 	// Before anything else, the secrets leave the environment block
@@ -181,14 +188,24 @@ func run(environ []string) error {
 	}
 	defer tc.Close()
 
+	// On a terminal (and without --plain) the full-screen UI; for pipes
+	// and scripts the line chat. The worker in this process delivers to
+	// whichever it is.
+	fullScreen := !slackMode && !discordMode && !*plain &&
+		term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	sender := terminal.NewSender(os.Stdout)
+	feed := tui.NewFeed()
+	var termChat agentflow.ChatSender = sender
+	if fullScreen {
+		termChat = feed
+	}
 	backends := cfg.Backends
 	// unavailable says why a backend the worker could not register is
 	// missing; with separate workers the bot cannot know.
 	var unavailable map[string]string
 	if embedded {
 		w, err := agentworker.New(ctx, tc, agentworker.Options{
-			Config: cfg, Logger: logger, Chat: map[string]agentflow.ChatSender{"term": sender}, Tracing: tracing, Meter: meter,
+			Config: cfg, Logger: logger, Chat: map[string]agentflow.ChatSender{"term": termChat}, Tracing: tracing, Meter: meter,
 		})
 		if err != nil {
 			return err
@@ -240,6 +257,25 @@ func run(environ []string) error {
 			shared = metrics.Handler()
 		}
 		return serveChat(ctx, cfg, tc, router, access, backends, shared, logger)
+	}
+	if fullScreen {
+		o := tui.Options{
+			Router: router, Client: router.Sessions, User: os.Getenv("USER"),
+			Backends: backends, Unavailable: unavailable, WebUI: webUI, Namespace: cfg.TemporalNamespace,
+		}
+		if embedded {
+			o.Feed = feed
+		}
+		// The whole conversation (expanded tool rows, a resumed
+		// session's tool calls) is in the workers' blob store: readable
+		// here when it is this machine's or a shared one.
+		if blobs, err := store.OpenBlobs(ctx, cfg.BlobURL); err == nil {
+			defer blobs.Close()
+			o.Blobs = blobs
+		} else {
+			logger.Warn("the blob store is not readable: the terminal shows the turns' summaries only", "error", err)
+		}
+		return tui.Run(ctx, o, os.Stdin, os.Stdout)
 	}
 	chat := &terminal.Chat{
 		Router: router, Client: router.Sessions, In: os.Stdin, Out: os.Stdout,
