@@ -484,6 +484,13 @@ func outputHead(stdout, stderr string) (head string, lines int) {
 	return head, lines
 }
 
+// CallSummary is the one line a tool call is shown by in progress
+// messages: its name and its command or path ("shell: go test ./...").
+// Arguments is the call's JSON object.
+func CallSummary(name, arguments string) string {
+	return toolSummary(ToolCall{Name: name, Arguments: arguments})
+}
+
 // toolSummary is a one-line description of a call for progress messages.
 func toolSummary(c ToolCall) string {
 	var p map[string]any

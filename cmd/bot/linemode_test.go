@@ -27,10 +27,7 @@ func TestLineMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "bot")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := botBinary(t)
 	state := t.TempDir()
 	run := func(script string, args ...string) string {
 		t.Helper()

@@ -22,10 +22,7 @@ func TestEmbeddedDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "bot")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := botBinary(t)
 	state := t.TempDir()
 	run := func(input string) string {
 		t.Helper()
@@ -74,10 +71,7 @@ func TestSwitchToDocker(t *testing.T) {
 	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
 		t.Fatalf("the full sandbox image is missing (scripts/setup.sh builds it with scripts/build-sandbox-image.sh): %v\n%s", err, out)
 	}
-	bin := filepath.Join(t.TempDir(), "bot")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := botBinary(t)
 	state := t.TempDir()
 	started := time.Now()
 	t.Cleanup(func() { removeSandboxes(t, image, started) })
@@ -147,10 +141,7 @@ func TestSwitchToMissingImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "bot")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := botBinary(t)
 	state := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -152,10 +152,7 @@ func TestTUI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "bot")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := botBinary(t)
 	state, work := t.TempDir(), t.TempDir()
 	socket := filepath.Join(t.TempDir(), "tmux.sock")
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", socket, "kill-server").Run() })
@@ -315,10 +312,7 @@ func TestTerminalRemote(t *testing.T) {
 	}
 	t.Cleanup(w.Stop)
 
-	bin := filepath.Join(t.TempDir(), "bot")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := botBinary(t)
 	state := t.TempDir()
 	env := []string{
 		"HOME=" + state, "PATH=" + os.Getenv("PATH"), "USER=tester", "TERM=xterm-256color",

@@ -59,7 +59,7 @@ func conversationItems(msgs []llm.Message) []item {
 			items = append(items, item{kind: itemUser, text: m.Content, turn: turn})
 		case llm.RoleAssistant:
 			for _, c := range m.ToolCalls {
-				row := &toolRow{st: agentflow.ToolStatus{ID: c.ID, Name: c.Name, Summary: callSummary(c), State: "done"},
+				row := &toolRow{st: agentflow.ToolStatus{ID: c.ID, Name: c.Name, Summary: agentflow.CallSummary(c.Name, c.Arguments), State: "done"},
 					args: prettyArgs(c.Arguments), loaded: true}
 				calls[c.ID] = row
 				items = append(items, item{kind: itemTool, turn: turn, tool: row, key: toolKey(turn, c.ID)})
@@ -82,21 +82,6 @@ func conversationItems(msgs []llm.Message) []item {
 		}
 	}
 	return items
-}
-
-// callSummary is the one line a call is shown by, as the session's
-// progress says it ("shell: go test ./...").
-func callSummary(c llm.ToolCall) string {
-	var p map[string]any
-	_ = json.Unmarshal([]byte(c.Arguments), &p)
-	var s string
-	switch c.Name {
-	case "shell":
-		s, _ = p["command"].(string)
-	case "read_file", "write_file":
-		s, _ = p["path"].(string)
-	}
-	return c.Name + ": " + oneLine(s, 120)
 }
 
 // prettyArgs indents a call's JSON arguments for reading.
