@@ -197,6 +197,8 @@ type Outbound struct {
 	Status TurnStatus   `json:"status,omitempty"`
 	// Final marks the last edit of a progress message.
 	Final bool `json:"final,omitempty"`
+	// Approval is the approval an OutboundApproval message asks for.
+	Approval *ApprovalView `json:"approval,omitempty"`
 	// MessageIDs are, on an answer, the IDs of the user messages the turn
 	// answered: an adapter whose sender runs in its own process (the
 	// terminal of the embedded default) learns from them that a message

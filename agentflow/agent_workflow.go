@@ -39,8 +39,14 @@ type agent struct {
 	lock       sessionLock
 	cancelTurn workflow.CancelFunc
 	tools      []ToolStatus
-	runTurns   int
-	destroying bool
+	// approval is the command waiting for approval in the running turn;
+	// approvedAll the turn whose commands were all approved (by
+	// approvedAllBy).
+	approval      *ApprovalView
+	approvedAll   int
+	approvedAllBy string
+	runTurns      int
+	destroying    bool
 	// controls are the control requests (switch, fork, pause, destroy)
 	// waiting for the session, each with its place among the messages.
 	controls []*control
@@ -193,6 +199,8 @@ func (w *agent) register(ctx workflow.Context) error {
 		{UpdateReset, w.onReset, w.validateReset},
 		{UpdateModel, w.onModel, w.validateModel},
 		{UpdateFork, w.onFork, w.validateFork},
+		{UpdateApprove, w.onApprove, w.validateApprove},
+		{UpdateApprovals, w.onApprovals, w.validateApprovals},
 	}
 	for _, h := range handlers {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
@@ -917,6 +925,12 @@ func (w *agent) view() SessionView {
 	if v.Status == StatusBusy {
 		v.Activity = w.lock.kind
 	}
+	v.Approvals = w.approvalMode()
+	if w.approval != nil {
+		a := *w.approval
+		a.Approvers = slices.Clone(a.Approvers)
+		v.Approval = &a
+	}
 	if w.slot != nil && !w.slot.Granted && w.turnRunning() {
 		v.QueuedBehind = w.slot.Behind
 	}
@@ -1383,6 +1397,22 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "not run: the user stopped the turn"})
 			continue
 		}
+		note := ""
+		if c.Name == "shell" {
+			var refusal string
+			refusal, note = w.gate(ctx, turnCtx, turn, c, st)
+			switch {
+			case turnCtx.Err() != nil:
+				st.State = "cancelled"
+				out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "not run: the user stopped the turn"})
+				continue
+			case refusal != "":
+				st.State, st.Detail = "denied", "not approved"
+				out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: refusal})
+				w.progress(ctx, turn, TurnRunning, false)
+				continue
+			}
+		}
 		st.State, st.Started = "running", workflow.Now(ctx)
 		w.progress(ctx, turn, TurnRunning, false)
 		r, err := w.runTool(turnCtx, turn, step, c)
@@ -1427,6 +1457,9 @@ func (w *agent) runTools(ctx, turnCtx workflow.Context, turn, step int, calls []
 			st.State = "failed"
 		}
 		st.Detail, st.Head, st.Lines = r.Summary, r.Head, r.Lines
+		if note != "" {
+			r.Output = note + "\n" + r.Output
+		}
 		out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: r.Output})
 	}
 	w.progress(ctx, turn, TurnRunning, false)

@@ -462,6 +462,11 @@ type SessionView struct {
 	TokenBudget int64 `json:"token_budget,omitempty"`
 	// Waiting for a turn slot: queued behind so many sessions.
 	QueuedBehind int `json:"queued_behind,omitempty"`
+	// Approval is the command waiting for approval, if any; Approvals
+	// the session's approval mode (the strictest of the tenant's, the
+	// channel's and its own).
+	Approval  *ApprovalView `json:"approval,omitempty"`
+	Approvals string        `json:"approvals,omitempty"`
 	// Activity says what holds the session while Status is busy:
 	// "switch", "fork", "pause", "destroy", "reset", or "idle" (saving
 	// the workspace before the idle sandbox stops).
@@ -608,6 +613,12 @@ const (
 	// its snapshot's fingerprint (ToolResult.Fingerprint) does not make it
 	// dirty, so the turn runs no SnapshotSandbox.
 	changeToolFingerprint = "tool-fingerprint"
+	// changeApprovals: a shell command the session's approval mode
+	// (never, risky, always) asks about is classified (ClassifyCommand, a
+	// local activity) and, when it needs approval, waits for it
+	// (UpdateApprove) or for its time to run out. Only sessions whose mode
+	// is not "never" reach it.
+	changeApprovals = "approvals"
 )
 
 // MemoSession is the memo field of an AgentWorkflow that holds its

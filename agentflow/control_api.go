@@ -67,6 +67,13 @@ type ControlRequest struct {
 	Root    string `json:"root,omitempty"`
 	Title   string `json:"title,omitempty"`
 	Model   string `json:"model,omitempty"`
+	// Decision, All (approve) and Mode (approvals) are the approval
+	// verbs' arguments; ApprovalID names the approval answered ("": the
+	// one waiting).
+	Decision   string `json:"decision,omitempty"`
+	All        bool   `json:"all,omitempty"`
+	ApprovalID string `json:"approval_id,omitempty"`
+	Mode       string `json:"mode,omitempty"`
 	// Start is the input of the session that new starts.
 	Start *AgentInput `json:"start,omitempty"`
 	// Policy verbs: set PolicyKey to PolicyValue, or reset PolicyKey (all

@@ -62,6 +62,10 @@ type rig struct {
 	model    *fakeopenai.Server
 	terminal *testenv.Buffer
 	docker   *dockersandbox.Backend
+	// acts and worker are the worker's, for tests that stop it and start
+	// another.
+	acts   *agentflow.Activities
+	worker worker.Worker
 }
 
 type rigOptions struct {
@@ -126,7 +130,8 @@ func newRig(t *testing.T, opts rigOptions) *rig {
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
+	t.Cleanup(func() { r.worker.Stop() })
+	r.acts, r.worker = acts, w
 	return r
 }
 

@@ -65,7 +65,8 @@ func (m *manager) validateControl(ctx workflow.Context, r ControlRequest) error 
 	}
 	switch r.Verb {
 	case ControlPolicy:
-	case ControlNew, ControlSwitch, ControlFork, ControlTitle, ControlPause, ControlDestroy, ControlStop, ControlReset, ControlModel:
+	case ControlNew, ControlSwitch, ControlFork, ControlTitle, ControlPause, ControlDestroy, ControlStop, ControlReset, ControlModel,
+		ControlApprove, ControlApprovals:
 		if r.Thread == "" {
 			return fmt.Errorf("%s needs a session's thread", r.Verb)
 		}
@@ -162,6 +163,10 @@ func (m *manager) decide(ctx workflow.Context, r ControlRequest) (ControlResult,
 			Requester: r.By, RequestID: r.RequestID, Notify: true})
 	case ControlTitle:
 		return m.handOver(ctx, r, UpdateTitle, TitleRequest{Title: r.Title, By: r.By, Notify: true})
+	case ControlApprove:
+		return m.handOver(ctx, r, UpdateApprove, ApproveRequest{ID: r.ApprovalID, Decision: r.Decision, All: r.All, By: r.By, Notify: true})
+	case ControlApprovals:
+		return m.handOver(ctx, r, UpdateApprovals, ApprovalsRequest{Mode: r.Mode, By: r.By, Notify: true})
 	case ControlPause:
 		return m.handOver(ctx, r, UpdatePause, PauseRequest{By: r.By, Notify: true})
 	case ControlDestroy:
@@ -466,6 +471,14 @@ func detailOf(r ControlRequest) string {
 		return cut(r.Title, 60)
 	case ControlModel:
 		return r.Model
+	case ControlApprove:
+		d := strings.TrimSpace(r.Decision + " " + r.ApprovalID)
+		if r.All {
+			d += " --all"
+		}
+		return d
+	case ControlApprovals:
+		return r.Mode
 	case ControlNew:
 		return r.Backend
 	case ControlPolicy:

@@ -3,9 +3,13 @@ package agentflow
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/agentbot/agentbot/agentflow/risk"
 )
 
 // TenantPolicy is what a tenant allows: held by its session manager, which
@@ -36,6 +40,20 @@ type TenantPolicy struct {
 	// Models are the models a session may be set to; empty: only the
 	// worker's default model.
 	Models []string `json:"models,omitempty"`
+	// Approvals is the tenant's approval mode (ApprovalNever, "": never;
+	// ApprovalRisky; ApprovalAlways); ChannelApprovals a channel's (by
+	// channel ID), which can only be stricter.
+	Approvals        string            `json:"approvals,omitempty"`
+	ChannelApprovals map[string]string `json:"channel_approvals,omitempty"`
+	// ApprovalTimeout is how long a command waits for an answer (0:
+	// DefaultApprovalTimeout).
+	ApprovalTimeout time.Duration `json:"approval_timeout,omitempty"`
+	// TwoPerson asks, in mode always, for two different approvers.
+	TwoPerson bool `json:"two_person,omitempty"`
+	// ApprovalPatterns are the tenant's own rules for mode risky;
+	// ApprovalRulesOff the built-in rules (or patterns) it switched off.
+	ApprovalPatterns []risk.Pattern `json:"approval_patterns,omitempty"`
+	ApprovalRulesOff []string       `json:"approval_rules_off,omitempty"`
 }
 
 // Policy keys, as the policy verbs name them.
@@ -48,12 +66,25 @@ const (
 	PolicySessionTokens      = "session-tokens"
 	PolicyUserTokensPerDay   = "user-tokens-per-day"
 	PolicyModels             = "models"
+	// The approval keys: the tenant's mode (never, risky, always), the
+	// channels' ("C1=always,C2=risky"), the wait ("10m"), the two-person
+	// rule in mode always (on, off), the built-in rules switched off
+	// ("git-push,package-install") and the tenant's own rules
+	// ("name=command-glob:args-glob,...").
+	PolicyApprovals         = "approvals"
+	PolicyApprovalChannels  = "approvals-channels"
+	PolicyApprovalTimeout   = "approval-timeout"
+	PolicyApprovalTwoPerson = "approval-two-person"
+	PolicyApprovalRulesOff  = "approval-rules-off"
+	PolicyApprovalPatterns  = "approval-patterns"
 )
 
 // PolicyKeys are the keys admins may set, in the order Show lists them.
 var PolicyKeys = []string{
 	PolicyBackends, PolicyDefaultBackend, PolicyMaxSessions, PolicyMaxSessionsPerUser,
 	PolicyMaxRunningTurns, PolicySessionTokens, PolicyUserTokensPerDay, PolicyModels,
+	PolicyApprovals, PolicyApprovalChannels, PolicyApprovalTimeout, PolicyApprovalTwoPerson,
+	PolicyApprovalRulesOff, PolicyApprovalPatterns,
 }
 
 // Set changes one key from its text form: a number (0 or "none": no
@@ -104,6 +135,81 @@ func (p *TenantPolicy) Set(key, value string) error {
 		n, err := parseLimit(key, value)
 		p.UserTokensPerDay = n
 		return err
+	case PolicyApprovals:
+		if value == "none" || value == "" {
+			value = ApprovalNever
+		}
+		if !ValidApprovalMode(value) {
+			return fmt.Errorf("%s: %q is not a mode: never, risky or always", key, value)
+		}
+		p.Approvals = value
+		return nil
+	case PolicyApprovalChannels:
+		m := map[string]string{}
+		if value != "none" && value != "" {
+			for _, item := range strings.Split(value, ",") {
+				ch, mode, ok := strings.Cut(strings.TrimSpace(item), "=")
+				if !ok || !validName(ch) || !ValidApprovalMode(mode) {
+					return fmt.Errorf("%s: %q is not channel=mode (mode: never, risky or always)", key, item)
+				}
+				m[ch] = mode
+			}
+		}
+		if len(m) == 0 {
+			m = nil
+		}
+		p.ChannelApprovals = m
+		return nil
+	case PolicyApprovalTimeout:
+		if value == "none" || value == "" {
+			p.ApprovalTimeout = 0
+			return nil
+		}
+		d, err := time.ParseDuration(value)
+		if err != nil || d < 10*time.Second || d > 24*time.Hour {
+			return fmt.Errorf("%s: %q is not a duration between 10s and 24h (10m, 1h)", key, value)
+		}
+		p.ApprovalTimeout = d
+		return nil
+	case PolicyApprovalTwoPerson:
+		switch value {
+		case "on", "true", "yes":
+			p.TwoPerson = true
+		case "off", "false", "no", "none", "":
+			p.TwoPerson = false
+		default:
+			return fmt.Errorf("%s: %q is not on or off", key, value)
+		}
+		return nil
+	case PolicyApprovalRulesOff:
+		l, err := parseNames(key, value)
+		if err == nil {
+			for _, n := range l {
+				if n == risk.Unparsable {
+					return fmt.Errorf("%s: %s cannot be switched off", key, n)
+				}
+			}
+		}
+		p.ApprovalRulesOff = l
+		return err
+	case PolicyApprovalPatterns:
+		var ps []risk.Pattern
+		if value != "none" && value != "" {
+			for _, item := range strings.Split(value, ",") {
+				name, globs, ok := strings.Cut(strings.TrimSpace(item), "=")
+				command, args, _ := strings.Cut(globs, ":")
+				pat := risk.Pattern{Name: name, Description: "the tenant's rule " + name, Command: command, Args: args}
+				if !ok {
+					return fmt.Errorf("%s: %q is not name=command-glob[:args-glob]", key, item)
+				}
+				if err := pat.Validate(); err != nil {
+					return fmt.Errorf("%s: %q: %w", key, item, err)
+				}
+				ps = append(ps, pat)
+			}
+		}
+		p.ApprovalPatterns = ps
+		return nil
 	}
 	return fmt.Errorf("unknown policy key %q; the keys are %s", key, strings.Join(PolicyKeys, ", "))
 }
@@ -142,6 +248,39 @@ func (p TenantPolicy) Get(key string) string {
 		return limit(p.SessionTokens)
 	case PolicyUserTokensPerDay:
 		return limit(p.UserTokensPerDay)
+	case PolicyApprovals:
+		if p.Approvals == "" {
+			return ApprovalNever
+		}
+		return p.Approvals
+	case PolicyApprovalChannels:
+		var items []string
+		for _, ch := range slices.Sorted(maps.Keys(p.ChannelApprovals)) {
+			items = append(items, ch+"="+p.ChannelApprovals[ch])
+		}
+		return list(items)
+	case PolicyApprovalTimeout:
+		if p.ApprovalTimeout == 0 {
+			return DefaultApprovalTimeout.String()
+		}
+		return p.ApprovalTimeout.String()
+	case PolicyApprovalTwoPerson:
+		if p.TwoPerson {
+			return "on"
+		}
+		return "off"
+	case PolicyApprovalRulesOff:
+		return list(p.ApprovalRulesOff)
+	case PolicyApprovalPatterns:
+		var items []string
+		for _, pat := range p.ApprovalPatterns {
+			item := pat.Name + "=" + pat.Command
+			if pat.Args != "" {
+				item += ":" + pat.Args
+			}
+			items = append(items, item)
+		}
+		return list(items)
 	}
 	return ""
 }
@@ -240,6 +379,9 @@ func applyOverrides(configured TenantPolicy, overrides []PolicyOverride) TenantP
 	p.Admins = slices.Clone(configured.Admins)
 	p.Backends = slices.Clone(configured.Backends)
 	p.Models = slices.Clone(configured.Models)
+	p.ChannelApprovals = maps.Clone(configured.ChannelApprovals)
+	p.ApprovalPatterns = slices.Clone(configured.ApprovalPatterns)
+	p.ApprovalRulesOff = slices.Clone(configured.ApprovalRulesOff)
 	for _, o := range overrides {
 		_ = p.Set(o.Key, o.Value)
 	}
@@ -257,5 +399,7 @@ type PolicyOverride struct {
 func (p TenantPolicy) equal(o TenantPolicy) bool {
 	return slices.Equal(p.Admins, o.Admins) && slices.Equal(p.Backends, o.Backends) && slices.Equal(p.Models, o.Models) &&
 		p.DefaultBackend == o.DefaultBackend && p.MaxSessions == o.MaxSessions && p.MaxSessionsPerUser == o.MaxSessionsPerUser &&
-		p.MaxRunningTurns == o.MaxRunningTurns && p.SessionTokens == o.SessionTokens && p.UserTokensPerDay == o.UserTokensPerDay
+		p.MaxRunningTurns == o.MaxRunningTurns && p.SessionTokens == o.SessionTokens && p.UserTokensPerDay == o.UserTokensPerDay &&
+		p.Approvals == o.Approvals && maps.Equal(p.ChannelApprovals, o.ChannelApprovals) && p.ApprovalTimeout == o.ApprovalTimeout &&
+		p.TwoPerson == o.TwoPerson && slices.Equal(p.ApprovalPatterns, o.ApprovalPatterns) && slices.Equal(p.ApprovalRulesOff, o.ApprovalRulesOff)
 }

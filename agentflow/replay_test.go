@@ -284,6 +284,24 @@ func TestRecordHistories(t *testing.T) {
 	waitFor(t, "the reset's notice", func() bool { return strings.Contains(r.terminal.String(), "Started a fresh conversation") })
 	mustContain(t, "after reset", r.send(thread, "sh: cat notes.txt").Answer, "recorded")
 
+	// Approvals: a risky command waits, is approved and runs; another is
+	// denied.
+	control(agentflow.ControlPolicy, agentflow.ControlRequest{By: "admin", PolicyKey: agentflow.PolicyApprovals, PolicyValue: agentflow.ApprovalRisky})
+	waitFor(t, "the session's approval mode", func() bool { return r.state(thread).Approvals == agentflow.ApprovalRisky })
+	for i, decision := range []string{agentflow.DecisionApprove, agentflow.DecisionDeny} {
+		id := "record-risky-" + strconv.Itoa(i)
+		if _, err := r.cl.Send(ctx, agentflow.AgentInput{ThreadKey: thread}, agentflow.MessageRequest{ID: id, Text: "sh: sudo -n true; echo risky-" + decision}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the approval", func() bool { v := r.state(thread).Approval; return v != nil && v.State == agentflow.ApprovalWaiting })
+		control(agentflow.ControlApprove, agentflow.ControlRequest{Decision: decision})
+		waitFor(t, "the approved or denied turn", func() bool {
+			res, err := r.cl.Wait(ctx, thread, id)
+			return err == nil && res.Result != nil
+		})
+	}
+	control(agentflow.ControlPolicy, agentflow.ControlRequest{By: "admin", PolicyKey: agentflow.PolicyApprovals, PolicyValue: agentflow.ApprovalNever})
+
 	for _, th := range []string{thread, fork.ThreadKey} {
 		control(agentflow.ControlDestroy, agentflow.ControlRequest{Thread: th, By: "admin"})
 	}

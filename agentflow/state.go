@@ -82,6 +82,9 @@ type AgentState struct {
 	Model string `json:"model,omitempty"`
 	// DefaultBackend: see AgentInput.
 	DefaultBackend bool `json:"default_backend,omitempty"`
+	// ApprovalMode is the session's own approval mode ("" or never: its
+	// tenant's and channel's decide).
+	ApprovalMode string `json:"approval_mode,omitempty"`
 	// MemoAt is when the memo last recorded the session as active.
 	MemoAt time.Time `json:"memo_at,omitempty"`
 }

@@ -847,6 +847,15 @@ func TestEnvironmentLoads(t *testing.T) {
 				if want := map[bool]string{true: "text", false: "json"}[c.name == "full"]; cfg.LogFormat != want {
 					t.Errorf("%s: AGENTBOT_LOG_FORMAT is %q, want %q", comp, cfg.LogFormat, want)
 				}
+				// The approval policy reaches both processes whole.
+				if c.name == "full" {
+					p := cfg.TenantPolicy()
+					if p.Approvals != "risky" || p.ChannelApprovals["C01"] != "always" || p.ApprovalTimeout != 15*time.Minute || !p.TwoPerson ||
+						!slices.Equal(p.ApprovalRulesOff, []string{"git-push"}) || len(p.ApprovalPatterns) != 2 ||
+						p.ApprovalPatterns[0].Args != "apply*" || p.ApprovalPatterns[1].Command != "kubectl" || p.ApprovalPatterns[1].Args != "" {
+						t.Errorf("%s: the approval policy: %+v", comp, p)
+					}
+				}
 				// Metrics are on by default, on the port the
 				// ServiceMonitor scrapes (http).
 				if cfg.MetricsAddr != cfg.HTTPAddr {

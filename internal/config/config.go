@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"github.com/agentbot/agentbot/internal/payloadcodec"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -154,6 +155,10 @@ type Config struct {
 	SessionTokens      int64
 	UserTokensPerDay   int64
 	Models             []string
+	// Approvals holds the approval keys of the policy as configured, by
+	// policy key (agentflow.PolicyApprovals, ...), in the form the policy
+	// verb takes.
+	Approvals map[string]string
 
 	LogLevel slog.Level
 	// LogFormat is "text" or "json".
@@ -262,6 +267,12 @@ var Vars = []Var{
 	{"AGENTBOT_SESSION_TOKENS", "0 (no limit)", "policy: token budget of one session"},
 	{"AGENTBOT_USER_TOKENS_PER_DAY", "0 (no limit)", "policy: tokens one person may use per UTC day in a tenant"},
 	{"AGENTBOT_MODELS", "(the default model only)", "policy: comma-separated models a session may be set to (model verb), besides AGENTBOT_MODEL"},
+	{"AGENTBOT_APPROVALS", "never", "policy: which shell commands wait for the owner's approval in the chat: never, risky (those agentflow/risk flags) or always"},
+	{"AGENTBOT_APPROVAL_CHANNELS", "(none)", "policy: channels with a stricter approval mode, channel=mode,... (C0123=always)"},
+	{"AGENTBOT_APPROVAL_TIMEOUT", "10m", "policy: how long a command waits for an answer before it is denied (10s to 24h)"},
+	{"AGENTBOT_APPROVAL_TWO_PERSON", "off", "policy: in mode always, two different people must approve (on, off)"},
+	{"AGENTBOT_APPROVAL_RULES_OFF", "(none)", "policy: built-in risk rules switched off, comma-separated (git-push,package-install)"},
+	{"AGENTBOT_APPROVAL_PATTERNS", "(none)", "policy: the tenant's own risk rules, name=command-glob[:args-glob],... (tf-apply=terraform:apply*)"},
 	{"AGENTBOT_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"AGENTBOT_LOG_FORMAT", "text", "text or json (one JSON object a line, fixed keys; the chart's default)"},
 	{"AGENTBOT_METRICS_ADDR", "(off)", "listen address of /metrics (Prometheus text format), e.g. :9090; the same as AGENTBOT_HTTP_ADDR shares that server"},
@@ -419,6 +430,7 @@ func Load(environ []string) (Config, error) {
 		SessionTokens:      num("AGENTBOT_SESSION_TOKENS", 0),
 		UserTokensPerDay:   num("AGENTBOT_USER_TOKENS_PER_DAY", 0),
 		Models:             list(get("AGENTBOT_MODELS", "")),
+		Approvals:          map[string]string{},
 		AllowEveryone:      boolean("AGENTBOT_ALLOW_EVERYONE"),
 		LogFormat:          get("AGENTBOT_LOG_FORMAT", "text"),
 		MetricsAddr:        get("AGENTBOT_METRICS_ADDR", ""),
@@ -427,6 +439,11 @@ func Load(environ []string) (Config, error) {
 		CodecOrigins:       list(get("AGENTBOT_CODEC_ORIGINS", "")),
 		WorkflowCache:      int(num("AGENTBOT_WORKFLOW_CACHE", 500)),
 		TraceContent:       boolean("AGENTBOT_TRACE_CONTENT"),
+	}
+	for env, key := range approvalVars {
+		if v := get(env, ""); v != "" {
+			c.Approvals[key] = v
+		}
 	}
 	switch s := get("TEMPORAL_TLS", ""); s {
 	case "":
@@ -495,6 +512,15 @@ func (c Config) Validate() error {
 	if c.OpenAIBaseURL != "fake" {
 		if u, err := url.Parse(c.OpenAIBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("OPENAI_BASE_URL %q is not an http(s) URL", c.OpenAIBaseURL))
+		}
+	}
+	for _, env := range slices.Sorted(maps.Keys(approvalVars)) {
+		key := approvalVars[env]
+		if v, ok := c.Approvals[key]; ok {
+			var p agentflow.TenantPolicy
+			if err := p.Set(key, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
 		}
 	}
 	if c.Model == "" {
@@ -711,9 +737,23 @@ func Table() string {
 // TenantPolicy is the configured policy of every tenant: the base its
 // session manager starts from.
 func (c Config) TenantPolicy() agentflow.TenantPolicy {
-	return agentflow.TenantPolicy{
+	p := agentflow.TenantPolicy{
 		Admins: slices.Clone(c.Admins), Backends: slices.Clone(c.PolicyBackends),
 		MaxSessions: int(c.MaxSessions), MaxSessionsPerUser: int(c.MaxSessionsPerUser), MaxRunningTurns: int(c.MaxRunningTurns),
 		SessionTokens: c.SessionTokens, UserTokensPerDay: c.UserTokensPerDay, Models: slices.Clone(c.Models),
 	}
+	for _, key := range slices.Sorted(maps.Keys(c.Approvals)) {
+		_ = p.Set(key, c.Approvals[key]) // checked by Load
+	}
+	return p
+}
+
+// approvalVars maps the approval variables to their policy keys.
+var approvalVars = map[string]string{
+	"AGENTBOT_APPROVALS":           agentflow.PolicyApprovals,
+	"AGENTBOT_APPROVAL_CHANNELS":   agentflow.PolicyApprovalChannels,
+	"AGENTBOT_APPROVAL_TIMEOUT":    agentflow.PolicyApprovalTimeout,
+	"AGENTBOT_APPROVAL_TWO_PERSON": agentflow.PolicyApprovalTwoPerson,
+	"AGENTBOT_APPROVAL_RULES_OFF":  agentflow.PolicyApprovalRulesOff,
+	"AGENTBOT_APPROVAL_PATTERNS":   agentflow.PolicyApprovalPatterns,
 }

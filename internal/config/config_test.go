@@ -280,3 +280,26 @@ func TestWorkerNeedsOnlyBotTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestApprovalPolicy: the approval variables become the configured
+// tenant policy; a bad value fails the start naming the variable.
+func TestApprovalPolicy(t *testing.T) {
+	c, err := Load([]string{"AGENTBOT_APPROVALS=risky", "AGENTBOT_APPROVAL_CHANNELS=C1=always",
+		"AGENTBOT_APPROVAL_TIMEOUT=2m", "AGENTBOT_APPROVAL_TWO_PERSON=on", "AGENTBOT_APPROVAL_RULES_OFF=git-push",
+		"AGENTBOT_APPROVAL_PATTERNS=tf-apply=terraform:apply*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.TenantPolicy()
+	if p.Approvals != "risky" || p.ChannelApprovals["C1"] != "always" || p.ApprovalTimeout != 2*time.Minute || !p.TwoPerson ||
+		len(p.ApprovalRulesOff) != 1 || len(p.ApprovalPatterns) != 1 || p.ApprovalPatterns[0].Command != "terraform" || p.ApprovalPatterns[0].Args != "apply*" {
+		t.Fatalf("policy: %+v", p)
+	}
+	for _, bad := range []string{"AGENTBOT_APPROVALS=sometimes", "AGENTBOT_APPROVAL_TIMEOUT=1s", "AGENTBOT_APPROVAL_TWO_PERSON=maybe",
+		"AGENTBOT_APPROVAL_RULES_OFF=unparsable", "AGENTBOT_APPROVAL_PATTERNS=x", "AGENTBOT_APPROVAL_CHANNELS=C1"} {
+		name, _, _ := strings.Cut(bad, "=")
+		if _, err := Load([]string{bad}); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

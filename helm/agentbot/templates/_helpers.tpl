@@ -209,6 +209,28 @@ AGENTBOT_POLICY_BACKENDS: {{ join "," . | quote }}
 {{- with $v.policy.models }}
 AGENTBOT_MODELS: {{ join "," . | quote }}
 {{- end }}
+{{- with $v.policy.approvals }}
+AGENTBOT_APPROVALS: {{ . | quote }}
+{{- end }}
+{{- with $v.policy.approvalChannels }}
+{{- $items := list }}
+{{- range $ch, $mode := . }}{{ $items = append $items (printf "%s=%s" $ch $mode) }}{{ end }}
+AGENTBOT_APPROVAL_CHANNELS: {{ join "," $items | quote }}
+{{- end }}
+{{- with $v.policy.approvalTimeout }}
+AGENTBOT_APPROVAL_TIMEOUT: {{ . | quote }}
+{{- end }}
+{{- if $v.policy.approvalTwoPerson }}
+AGENTBOT_APPROVAL_TWO_PERSON: "on"
+{{- end }}
+{{- with $v.policy.approvalRulesOff }}
+AGENTBOT_APPROVAL_RULES_OFF: {{ join "," . | quote }}
+{{- end }}
+{{- with $v.policy.approvalPatterns }}
+{{- $items := list }}
+{{- range . }}{{ $items = append $items (printf "%s=%s%s" .name .command (ternary (printf ":%s" .args) "" (not (empty .args)))) }}{{ end }}
+AGENTBOT_APPROVAL_PATTERNS: {{ join "," $items | quote }}
+{{- end }}
 {{- range $key, $env := dict "maxSessions" "AGENTBOT_MAX_SESSIONS" "maxSessionsPerUser" "AGENTBOT_MAX_SESSIONS_PER_USER" "maxRunningTurns" "AGENTBOT_MAX_RUNNING_TURNS" "sessionTokens" "AGENTBOT_SESSION_TOKENS" "userTokensPerDay" "AGENTBOT_USER_TOKENS_PER_DAY" }}
 {{- with index $v.policy $key }}
 {{ $env }}: {{ . | int64 | toString | quote }}
