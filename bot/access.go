@@ -51,12 +51,13 @@ func (a Access) CanControl(user, requester string) bool {
 // Controls reports whether a verb is for the session's requester and admins
 // only: it changes or ends the session (switch, title, stop, done,
 // destroy), copies it (fork: its conversation and workspace go to a new
-// thread), or reads its whole conversation out (export). The Router checks
+// thread), reads its whole conversation out (export), or decides what its
+// commands may do (approve, deny, approvals with a mode). The Router checks
 // this before it calls the session, for a friendly refusal; the session
 // enforces it (every control request carries who asks).
 func Controls(v Verb) bool {
 	switch v {
-	case VerbSwitch, VerbTitle, VerbStop, VerbDone, VerbDestroy, VerbFork, VerbExport, VerbReset:
+	case VerbSwitch, VerbTitle, VerbStop, VerbDone, VerbDestroy, VerbFork, VerbExport, VerbReset, VerbApprove, VerbDeny:
 		return true
 	}
 	return false

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/agentbot/agentbot/agentflow"
 )
 
 // Verb names a chat command. The zero value is not a verb.
@@ -15,22 +17,25 @@ type Verb string
 
 // The verbs of the chat command grammar, in the order Help lists them.
 const (
-	VerbNew      Verb = "new"      // new [backend] [--root /abs/path] [title...]
-	VerbSwitch   Verb = "switch"   // switch <backend> [root]
-	VerbFork     Verb = "fork"     // fork [--backend b] [--root /abs/path] [title...]
-	VerbTitle    Verb = "title"    // title <name...>
-	VerbModel    Verb = "model"    // model [name]
-	VerbStop     Verb = "stop"     // stop: cancel the running turn
-	VerbDone     Verb = "done"     // done: pause the session, keep it
-	VerbDestroy  Verb = "destroy"  // destroy: end the session for good
-	VerbReset    Verb = "reset"    // reset: a fresh conversation, same workspace
-	VerbStatus   Verb = "status"   // status
-	VerbList     Verb = "list"     // list [--mine | --all] [--page N]
-	VerbBackends Verb = "backends" // backends
-	VerbExport   Verb = "export"   // export
-	VerbPolicy   Verb = "policy"   // policy [set <key> <value...> | reset [key]]
-	VerbAudit    Verb = "audit"    // audit [--page N]
-	VerbHelp     Verb = "help"     // help [verb]
+	VerbNew       Verb = "new"       // new [backend] [--root /abs/path] [title...]
+	VerbSwitch    Verb = "switch"    // switch <backend> [root]
+	VerbFork      Verb = "fork"      // fork [--backend b] [--root /abs/path] [title...]
+	VerbTitle     Verb = "title"     // title <name...>
+	VerbModel     Verb = "model"     // model [name]
+	VerbStop      Verb = "stop"      // stop: cancel the running turn
+	VerbApprove   Verb = "approve"   // approve [id] [--all]
+	VerbDeny      Verb = "deny"      // deny [id]
+	VerbApprovals Verb = "approvals" // approvals [never|risky|always]
+	VerbDone      Verb = "done"      // done: pause the session, keep it
+	VerbDestroy   Verb = "destroy"   // destroy: end the session for good
+	VerbReset     Verb = "reset"     // reset: a fresh conversation, same workspace
+	VerbStatus    Verb = "status"    // status
+	VerbList      Verb = "list"      // list [--mine | --all] [--page N]
+	VerbBackends  Verb = "backends"  // backends
+	VerbExport    Verb = "export"    // export
+	VerbPolicy    Verb = "policy"    // policy [set <key> <value...> | reset [key]]
+	VerbAudit     Verb = "audit"     // audit [--page N]
+	VerbHelp      Verb = "help"      // help [verb]
 )
 
 // MaxTitleRunes is the longest session title Parse accepts, in runes.
@@ -55,6 +60,15 @@ const (
 	PolicyReset = "reset"
 )
 
+// MaxApprovalIDLen is the longest approval ID Parse accepts. Approval IDs
+// are ASCII, so this counts bytes and runes alike.
+const MaxApprovalIDLen = 100
+
+// approvalModes are the modes "approvals" sets (Command.Mode), from the
+// least to the most asking (agentflow.ApprovalNever, ApprovalRisky,
+// ApprovalAlways).
+var approvalModes = []string{agentflow.ApprovalNever, agentflow.ApprovalRisky, agentflow.ApprovalAlways}
+
 // The scopes of the list verb (Command.Scope); the empty scope is the
 // channel the command was given in.
 const (
@@ -67,46 +81,52 @@ const (
 const AgentTrigger = "!agent"
 
 var verbs = []Verb{
-	VerbNew, VerbSwitch, VerbFork, VerbTitle, VerbModel, VerbStop, VerbDone, VerbDestroy, VerbReset,
-	VerbStatus, VerbList, VerbBackends, VerbExport, VerbPolicy, VerbAudit, VerbHelp,
+	VerbNew, VerbSwitch, VerbFork, VerbTitle, VerbModel, VerbStop, VerbApprove, VerbDeny, VerbApprovals,
+	VerbDone, VerbDestroy, VerbReset, VerbStatus, VerbList, VerbBackends, VerbExport, VerbPolicy, VerbAudit, VerbHelp,
 }
 
 var synopses = map[Verb]string{
-	VerbNew:      "new [backend] [--root /abs/path] [title...]",
-	VerbSwitch:   "switch <backend> [root]",
-	VerbFork:     "fork [--backend b] [--root /abs/path] [title...]",
-	VerbTitle:    "title <name...>",
-	VerbModel:    "model [name]",
-	VerbStop:     "stop",
-	VerbDone:     "done",
-	VerbDestroy:  "destroy",
-	VerbReset:    "reset",
-	VerbStatus:   "status",
-	VerbList:     "list [--mine | --all] [--page N]",
-	VerbBackends: "backends",
-	VerbExport:   "export",
-	VerbPolicy:   "policy [set <key> <value...> | reset [key]]",
-	VerbAudit:    "audit [--page N]",
-	VerbHelp:     "help [verb]",
+	VerbNew:       "new [backend] [--root /abs/path] [title...]",
+	VerbSwitch:    "switch <backend> [root]",
+	VerbFork:      "fork [--backend b] [--root /abs/path] [title...]",
+	VerbTitle:     "title <name...>",
+	VerbModel:     "model [name]",
+	VerbStop:      "stop",
+	VerbApprove:   "approve [id] [--all]",
+	VerbDeny:      "deny [id]",
+	VerbApprovals: "approvals [never|risky|always]",
+	VerbDone:      "done",
+	VerbDestroy:   "destroy",
+	VerbReset:     "reset",
+	VerbStatus:    "status",
+	VerbList:      "list [--mine | --all] [--page N]",
+	VerbBackends:  "backends",
+	VerbExport:    "export",
+	VerbPolicy:    "policy [set <key> <value...> | reset [key]]",
+	VerbAudit:     "audit [--page N]",
+	VerbHelp:      "help [verb]",
 }
 
 var descriptions = map[Verb]string{
-	VerbNew:      "start a new session, optionally on a given sandbox backend, in a given workspace root (an absolute directory, for the local backend) and with a title",
-	VerbSwitch:   "move this session to another sandbox backend, workspace files included (root: an absolute directory, for the local backend)",
-	VerbFork:     "copy this session (conversation and workspace) into a new thread, optionally on another backend or into a given workspace root (an absolute directory, for the local backend)",
-	VerbTitle:    "rename this session",
-	VerbModel:    "show this session's model, or set it (to one the policy allows)",
-	VerbStop:     "cancel the turn that is running",
-	VerbDone:     "pause this session and keep it for later",
-	VerbDestroy:  "end this session and delete its sandbox",
-	VerbReset:    "start a fresh conversation on the same workspace (the old one is kept for export)",
-	VerbStatus:   "show this session's title, backend and what it is doing",
-	VerbList:     "list the sessions in this channel as a tree of forks (--mine: the ones you started; --all: every channel's, for admins)",
-	VerbBackends: "list the sandbox backends available",
-	VerbExport:   "export this session's transcript",
-	VerbPolicy:   "show the policy (limits, backends, models); admins can set a key, or reset one or all to the configured value",
-	VerbAudit:    "show the log of control commands and who gave them, newest first (admins only)",
-	VerbHelp:     "show this help, or how to use one verb",
+	VerbNew:       "start a new session, optionally on a given sandbox backend, in a given workspace root (an absolute directory, for the local backend) and with a title",
+	VerbSwitch:    "move this session to another sandbox backend, workspace files included (root: an absolute directory, for the local backend)",
+	VerbFork:      "copy this session (conversation and workspace) into a new thread, optionally on another backend or into a given workspace root (an absolute directory, for the local backend)",
+	VerbTitle:     "rename this session",
+	VerbModel:     "show this session's model, or set it (to one the policy allows)",
+	VerbStop:      "cancel the turn that is running",
+	VerbApprove:   "approve the command waiting for approval; --all: and the rest of this turn's",
+	VerbDeny:      "deny the command waiting for approval",
+	VerbApprovals: "show which shell commands wait for approval in this session, or set its mode (never, risky: those the risk rules flag, always); it can only be stricter than the workspace's and the channel's",
+	VerbDone:      "pause this session and keep it for later",
+	VerbDestroy:   "end this session and delete its sandbox",
+	VerbReset:     "start a fresh conversation on the same workspace (the old one is kept for export)",
+	VerbStatus:    "show this session's title, backend and what it is doing",
+	VerbList:      "list the sessions in this channel as a tree of forks (--mine: the ones you started; --all: every channel's, for admins)",
+	VerbBackends:  "list the sandbox backends available",
+	VerbExport:    "export this session's transcript",
+	VerbPolicy:    "show the policy (limits, backends, models); admins can set a key, or reset one or all to the configured value",
+	VerbAudit:     "show the log of control commands and who gave them, newest first (admins only)",
+	VerbHelp:      "show this help, or how to use one verb",
 }
 
 // Verbs returns every verb, in the order Help lists them. The slice is a copy.
@@ -153,6 +173,11 @@ func Help() string {
 //     (optional: empty resets every key)
 //   - list: Scope ("", ScopeMine or ScopeAll), Page (optional)
 //   - audit: Page (optional)
+//   - approve: ApprovalID (optional: empty answers the command that
+//     waits), All (optional)
+//   - deny: ApprovalID (optional)
+//   - approvals: Mode (optional: empty shows the mode, one of never,
+//     risky or always sets it)
 //   - help: Topic (optional, the verb asked about)
 //   - every other verb: nothing
 //
@@ -163,7 +188,9 @@ func Help() string {
 // or digit, at most MaxModelLen long. PolicyKey is one word of lowercase
 // ASCII letters, digits and '-' that starts with a letter or digit, at most
 // MaxPolicyKeyLen long; Parse checks only that shape, not that the key
-// exists. Page is 0 when not given, at least 1 otherwise.
+// exists. Page is 0 when not given, at least 1 otherwise. ApprovalID is
+// one word of ASCII letters, digits and _ . : - that starts with a letter
+// or digit, at most MaxApprovalIDLen long; Mode is in lower case.
 //
 // Root is the workspace root asked for; Parse accepts it with any backend,
 // as the backend alone knows whether it can work there (the local backend
@@ -189,6 +216,14 @@ type Command struct {
 	// Page is the page of "list" or "audit" asked for, from 1; 0 when no
 	// page was given (the first).
 	Page int
+	// ApprovalID names the approval that "approve" or "deny" answers;
+	// empty: the command waiting. All (approve --all) approves the rest
+	// of the turn's commands too.
+	ApprovalID string
+	All        bool
+	// Mode is the approval mode that "approvals <mode>" sets; empty
+	// otherwise.
+	Mode string
 }
 
 // String returns the command in the grammar's canonical form, quoting where
@@ -232,6 +267,17 @@ func (c Command) String() string {
 		}
 		if c.PolicyAction == PolicySet {
 			parts = append(parts, titleWords(c.PolicyValue, false)...)
+		}
+	case VerbApprove, VerbDeny:
+		if c.ApprovalID != "" {
+			parts = append(parts, quoteWord(c.ApprovalID))
+		}
+		if c.All {
+			parts = append(parts, "--all")
+		}
+	case VerbApprovals:
+		if c.Mode != "" {
+			parts = append(parts, c.Mode)
 		}
 	case VerbList, VerbAudit:
 		if c.Scope != "" {
@@ -337,7 +383,9 @@ func usageErr(v Verb, problem string) *ParseError {
 // A model name keeps its case; policy actions and keys do not (keys come
 // back in lower case), and a policy value is the remaining words joined
 // like a title. The options of list and audit come in any order, each at
-// most once, with "--page N" or "--page=N".
+// most once, with "--page N" or "--page=N". An approval ID (approve,
+// deny) keeps its case, and approve's --all may come before or after it;
+// an approval mode is matched without regard to case.
 //
 // Every error is a *ParseError whose message tells the user what to type.
 func Parse(text string, backends []string) (Command, error) {
@@ -445,6 +493,21 @@ func parseArgs(v Verb, args []token, backends []string) (Command, error) {
 		if err := pageOptions(&cmd, args); err != nil {
 			return Command{}, err
 		}
+	case VerbApprove, VerbDeny:
+		if err := approveArgs(&cmd, args); err != nil {
+			return Command{}, err
+		}
+	case VerbApprovals:
+		if len(args) > 1 {
+			return Command{}, usageErr(v, "approvals takes one mode: never, risky or always")
+		}
+		if len(args) == 1 {
+			m, err := approvalMode(args[0].text)
+			if err != nil {
+				return Command{}, err
+			}
+			cmd.Mode = m
+		}
 	default: // verbs without arguments
 		if len(args) > 0 {
 			return Command{}, usageErr(v, fmt.Sprintf("%s takes no arguments", v))
@@ -463,6 +526,68 @@ func modelName(name string) (string, error) {
 		return "", usageErr(v, fmt.Sprintf("'%s' is not a model name: use letters, digits and . - _ : / only, starting with a letter or digit", clip(name)))
 	}
 	return name, nil
+}
+
+// approveArgs parses "approve [id] [--all]" and "deny [id]" into cmd: the
+// ID and --all in any order, each at most once.
+func approveArgs(cmd *Command, args []token) error {
+	v := cmd.Verb
+	for _, a := range args {
+		word := a.text
+		if w := normaliseDashes(word); !a.quoted && isOption(w) {
+			name, _, hasVal := strings.Cut(w, "=")
+			switch {
+			case v == VerbApprove && name == "--all":
+				if hasVal {
+					return usageErr(v, "--all takes no value")
+				}
+				if cmd.All {
+					return usageErr(v, "--all is given twice")
+				}
+				cmd.All = true
+				continue
+			case v == VerbApprove:
+				problem := fmt.Sprintf("unknown option '%s'", clip(name))
+				if s := suggest(name, []string{"--all"}); s != "" {
+					return parseErr(v, "%s; did you mean '%s'?", problem, s)
+				}
+				return usageErr(v, problem)
+			case name == "--all":
+				return usageErr(v, "deny answers one command: it takes no --all")
+			}
+			return usageErr(v, fmt.Sprintf("unknown option '%s'", clip(name)))
+		}
+		if cmd.ApprovalID != "" {
+			return usageErr(v, fmt.Sprintf("%s takes at most one approval ID", v))
+		}
+		if n := utf8.RuneCountInString(word); n > MaxApprovalIDLen {
+			return parseErr(v, "the approval ID is too long (%d characters; at most %d)", n, MaxApprovalIDLen)
+		}
+		if !wordOf(word, isApprovalIDRune) {
+			return usageErr(v, fmt.Sprintf("'%s' is not an approval ID: use letters, digits and _ . : - only, starting with a letter or digit", clip(word)))
+		}
+		cmd.ApprovalID = word
+	}
+	return nil
+}
+
+func isApprovalIDRune(r rune) bool {
+	return isASCIIAlnum(r) || strings.ContainsRune("_.:-", r)
+}
+
+// approvalMode checks the mode given to "approvals"; any case is
+// accepted, and the mode is returned in lower case.
+func approvalMode(word string) (string, error) {
+	const v = VerbApprovals
+	m := strings.ToLower(word)
+	if slices.Contains(approvalModes, m) {
+		return m, nil
+	}
+	problem := fmt.Sprintf("'%s' is not an approval mode (never, risky or always)", clip(word))
+	if s := suggest(word, approvalModes); s != "" {
+		return "", parseErr(v, "%s; did you mean '%s'?", problem, s)
+	}
+	return "", usageErr(v, problem)
 }
 
 func isModelRune(r rune) bool {
@@ -946,11 +1071,14 @@ func quoted(s string) (text, rest string, ok bool) {
 //     new takes a backend, options and a quoted title, fork options and a
 //     quoted title, title a quoted name; switch takes one or two words, the
 //     second a path starting with '/'; help takes nothing or a verb; model,
-//     policy, list and audit take what Parse accepts of them (a model name;
-//     set or reset and a key; their options); every other verb must stand
-//     alone. So "@bot stop" stops the turn and "@bot list --mine" lists,
-//     while "@bot stop the server on port 80", "@bot list all the files"
-//     and "@bot please fix the build" are chat for the agent.
+//     policy, list, audit and approvals take what Parse accepts of them (a
+//     model name; set or reset and a key; their options; a mode); approve
+//     and deny take what Parse accepts, an ID only when it has a digit or
+//     one of _ . : - in it; every other verb must stand alone. So "@bot
+//     stop" stops the turn, "@bot list --mine" lists and "@bot approve"
+//     approves, while "@bot stop the server on port 80", "@bot list all
+//     the files", "@bot deny access" and "@bot please fix the build" are
+//     chat for the agent.
 //
 // Leading white space is ignored; a mention or trigger later in the message
 // does not count. An empty botMention recognises only "!agent". ok is false
@@ -1042,9 +1170,23 @@ func commandShaped(toks []token) bool {
 		return len(args) <= 1 || (len(args) == 2 && strings.HasPrefix(args[1].text, "/"))
 	case VerbHelp:
 		return len(args) == 0 || (len(args) == 1 && Verb(strings.ToLower(args[0].text)).Valid())
-	case VerbModel, VerbPolicy, VerbList, VerbAudit:
+	case VerbModel, VerbPolicy, VerbList, VerbAudit, VerbApprovals:
 		// Their arguments are narrow enough (one name; set or reset
-		// and a key; options) that what parses is meant as a command.
+		// and a key; options; a mode) that what parses is meant as a
+		// command.
+		_, err := parseArgs(v, args, nil)
+		return err == nil
+	case VerbApprove, VerbDeny:
+		// An ID is any word, so "approve it" or "deny access" read as
+		// prose: after a mention, only an ID that looks like one (a
+		// digit or _ . : - in it, as in "t3-call_1") makes a command.
+		for _, a := range args {
+			if !isOption(a.text) && !strings.ContainsFunc(a.text, func(r rune) bool {
+				return ('0' <= r && r <= '9') || strings.ContainsRune("_.:-", r)
+			}) {
+				return false
+			}
+		}
 		_, err := parseArgs(v, args, nil)
 		return err == nil
 	}

@@ -122,6 +122,25 @@ func TestParse(t *testing.T) {
 		{"list scope and page", "list --mine --page 2", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeMine, Page: 2}},
 		{"list page before scope", "list --page=4 --all", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeAll, Page: 4}},
 		{"list en dash", "list \u2013all", bot.Command{Verb: bot.VerbList, Scope: bot.ScopeAll}},
+
+		{"approve", "approve", bot.Command{Verb: bot.VerbApprove}},
+		{"approve id", "approve t3-call_abc", bot.Command{Verb: bot.VerbApprove, ApprovalID: "t3-call_abc"}},
+		{"approve id keeps case", "APPROVE t3-Call_ABC", bot.Command{Verb: bot.VerbApprove, ApprovalID: "t3-Call_ABC"}},
+		{"approve all", "approve --all", bot.Command{Verb: bot.VerbApprove, All: true}},
+		{"approve id and all", "approve t3-call_1 --all", bot.Command{Verb: bot.VerbApprove, ApprovalID: "t3-call_1", All: true}},
+		{"approve all before id", "approve --all t3-call_1", bot.Command{Verb: bot.VerbApprove, ApprovalID: "t3-call_1", All: true}},
+		{"approve em dash all", "approve \u2014all", bot.Command{Verb: bot.VerbApprove, All: true}},
+		{"approve quoted id", `approve "t1-x"`, bot.Command{Verb: bot.VerbApprove, ApprovalID: "t1-x"}},
+		{"approve id with every allowed character", "approve a.b:c_d-9", bot.Command{Verb: bot.VerbApprove, ApprovalID: "a.b:c_d-9"}},
+		{"approve id at the limit", "approve " + strings.Repeat("i", bot.MaxApprovalIDLen),
+			bot.Command{Verb: bot.VerbApprove, ApprovalID: strings.Repeat("i", bot.MaxApprovalIDLen)}},
+		{"deny", "deny", bot.Command{Verb: bot.VerbDeny}},
+		{"deny id", "deny t12-toolu_01", bot.Command{Verb: bot.VerbDeny, ApprovalID: "t12-toolu_01"}},
+
+		{"approvals show", "approvals", bot.Command{Verb: bot.VerbApprovals}},
+		{"approvals never", "approvals never", bot.Command{Verb: bot.VerbApprovals, Mode: "never"}},
+		{"approvals risky", "approvals risky", bot.Command{Verb: bot.VerbApprovals, Mode: "risky"}},
+		{"approvals always any case", "Approvals ALWAYS", bot.Command{Verb: bot.VerbApprovals, Mode: "always"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,10 +283,12 @@ func TestParseErrors(t *testing.T) {
 }
 
 // TestParseErrorMessages pins the whole message of the errors of model,
-// policy, list and audit: what the user reads, usage line included.
+// policy, list, audit, approve, deny and approvals: what the user reads,
+// usage line included.
 func TestParseErrorMessages(t *testing.T) {
 	usage := func(v bot.Verb) string { return "; usage: " + bot.Usage(v) }
 	model, policy, list, audit := usage(bot.VerbModel), usage(bot.VerbPolicy), usage(bot.VerbList), usage(bot.VerbAudit)
+	approve, deny, approvals := usage(bot.VerbApprove), usage(bot.VerbDeny), usage(bot.VerbApprovals)
 	tests := []struct {
 		name string
 		text string
@@ -363,6 +384,44 @@ func TestParseErrorMessages(t *testing.T) {
 			"--page is given twice" + list},
 		{"list prose", "list the files please", bot.VerbList,
 			"list takes only options, not 'the'" + list},
+
+		{"approve two ids", "approve t1-a t1-b", bot.VerbApprove,
+			"approve takes at most one approval ID" + approve},
+		{"approve bad character", "approve t1/x", bot.VerbApprove,
+			"'t1/x' is not an approval ID: use letters, digits and _ . : - only, starting with a letter or digit" + approve},
+		{"approve id starting with punctuation", "approve _t1", bot.VerbApprove,
+			"'_t1' is not an approval ID: use letters, digits and _ . : - only, starting with a letter or digit" + approve},
+		{"approve non-ASCII id", "approve t1-а", bot.VerbApprove,
+			"'t1-а' is not an approval ID: use letters, digits and _ . : - only, starting with a letter or digit" + approve},
+		{"approve quoted option", `approve "--all"`, bot.VerbApprove,
+			"'--all' is not an approval ID: use letters, digits and _ . : - only, starting with a letter or digit" + approve},
+		{"approve empty quotes", `approve ""`, bot.VerbApprove,
+			"'' is not an approval ID: use letters, digits and _ . : - only, starting with a letter or digit" + approve},
+		{"approve id too long", "approve " + strings.Repeat("i", bot.MaxApprovalIDLen+1), bot.VerbApprove,
+			"the approval ID is too long (101 characters; at most 100)"},
+		{"approve all twice", "approve --all t1-x --all", bot.VerbApprove,
+			"--all is given twice" + approve},
+		{"approve all with value", "approve --all=yes", bot.VerbApprove,
+			"--all takes no value" + approve},
+		{"approve option typo", "approve --al", bot.VerbApprove,
+			"unknown option '--al'; did you mean '--all'?"},
+		{"approve unknown option", "approve --everything", bot.VerbApprove,
+			"unknown option '--everything'" + approve},
+		{"deny two ids", "deny t1-a t1-b", bot.VerbDeny,
+			"deny takes at most one approval ID" + deny},
+		{"deny all", "deny --all", bot.VerbDeny,
+			"deny answers one command: it takes no --all" + deny},
+		{"deny unknown option", "deny --force", bot.VerbDeny,
+			"unknown option '--force'" + deny},
+		{"deny words", "deny rm -rf", bot.VerbDeny,
+			"deny takes at most one approval ID" + deny},
+
+		{"approvals two modes", "approvals risky always", bot.VerbApprovals,
+			"approvals takes one mode: never, risky or always" + approvals},
+		{"approvals mode typo", "approvals riksy", bot.VerbApprovals,
+			"'riksy' is not an approval mode (never, risky or always); did you mean 'risky'?"},
+		{"approvals unknown mode", "approvals sometimes", bot.VerbApprovals,
+			"'sometimes' is not an approval mode (never, risky or always)" + approvals},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -448,6 +507,12 @@ func TestCommandString(t *testing.T) {
 		{bot.Command{Verb: bot.VerbNew, Backend: "docker", Title: "--x"}, `new docker "--x"`},
 		{bot.Command{Verb: bot.VerbFork, Backend: "local", Root: "/x", Title: "t"}, "fork --backend local --root /x t"},
 		{bot.Command{Verb: bot.VerbFork, Root: "/x", Title: "--t"}, `fork --root /x "--t"`},
+		{bot.Command{Verb: bot.VerbApprove}, "approve"},
+		{bot.Command{Verb: bot.VerbApprove, All: true}, "approve --all"},
+		{bot.Command{Verb: bot.VerbApprove, ApprovalID: "t3-call_1", All: true}, "approve t3-call_1 --all"},
+		{bot.Command{Verb: bot.VerbDeny, ApprovalID: "t3-call_1"}, "deny t3-call_1"},
+		{bot.Command{Verb: bot.VerbApprovals}, "approvals"},
+		{bot.Command{Verb: bot.VerbApprovals, Mode: "risky"}, "approvals risky"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -486,14 +551,15 @@ func TestUsageAndHelp(t *testing.T) {
 		t.Errorf("Usage(unknown) = %q, want empty", u)
 	}
 	wantOrder := []bot.Verb{bot.VerbNew, bot.VerbSwitch, bot.VerbFork, bot.VerbTitle, bot.VerbModel,
-		bot.VerbStop, bot.VerbDone, bot.VerbDestroy, bot.VerbReset, bot.VerbStatus, bot.VerbList,
+		bot.VerbStop, bot.VerbApprove, bot.VerbDeny, bot.VerbApprovals, bot.VerbDone, bot.VerbDestroy, bot.VerbReset, bot.VerbStatus, bot.VerbList,
 		bot.VerbBackends, bot.VerbExport, bot.VerbPolicy, bot.VerbAudit, bot.VerbHelp}
 	if got := bot.Verbs(); !slices.Equal(got, wantOrder) {
 		t.Errorf("Verbs() = %v, want %v", got, wantOrder)
 	}
 	for _, want := range []string{"new [backend] [--root /abs/path] [title...]", "switch <backend> [root]",
 		"fork [--backend b] [--root /abs/path] [title...]", "title <name...>", "help [verb]", "model [name]",
-		"policy [set <key> <value...> | reset [key]]", "audit [--page N]", "list [--mine | --all] [--page N]"} {
+		"policy [set <key> <value...> | reset [key]]", "audit [--page N]", "list [--mine | --all] [--page N]",
+		"approve [id] [--all]", "deny [id]", "approvals [never|risky|always]"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("Help lacks %q", want)
 		}
@@ -545,6 +611,14 @@ func TestTrigger(t *testing.T) {
 		{"mention list page", "<@U123> list --all --page 2", me, "list --all --page 2", true},
 		{"mention audit page", "<@U123> audit --page 3", me, "audit --page 3", true},
 		{"bang list with a typo still a command", "!agent list mine", me, "list mine", true},
+		{"mention approve alone", "<@U123> approve", me, "approve", true},
+		{"mention approve all", "<@U123> approve --all", me, "approve --all", true},
+		{"mention approve id", "<@U123> approve t3-call_1 --all", me, "approve t3-call_1 --all", true},
+		{"mention deny alone", "<@U123> deny", me, "deny", true},
+		{"mention deny id", "<@U123>: deny t3-call_1", me, "deny t3-call_1", true},
+		{"mention approvals", "<@U123> approvals", me, "approvals", true},
+		{"mention approvals mode", "<@U123> approvals Always", me, "approvals Always", true},
+		{"bang approve a word", "!agent approve it", me, "approve it", true},
 
 		{"mention then chat", "<@U123> please fix the build", me, "", false},
 		// Prose that starts with a verb that takes free text goes to the
@@ -563,6 +637,12 @@ func TestTrigger(t *testing.T) {
 		{"list in prose is chat", "<@U123> list all the files in src", me, "", false},
 		{"list with a word is chat", "<@U123> list mine", me, "", false},
 		{"audit in prose is chat", "<@U123> audit the dependencies", me, "", false},
+		{"approve in prose is chat", "<@U123> approve the PR once CI passes", me, "", false},
+		{"approve a word is chat", "<@U123> approve it", me, "", false},
+		{"deny a word is chat", "<@U123> deny access", me, "", false},
+		{"approve a word and --all is chat", "<@U123> approve everything --all", me, "", false},
+		{"approvals in prose is chat", "<@U123> approvals are slow here", me, "", false},
+		{"approvals with a non-mode is chat", "<@U123> approvals please", me, "", false},
 		{"destroy in a sentence is chat", "<@U123> destroy the old branch", me, "", false},
 		{"help in a sentence is chat", "<@U123> help me fix the build", me, "", false},
 		{"switch in a sentence is chat", "<@U123> switch to the other approach", me, "", false},
@@ -599,6 +679,9 @@ func FuzzParse(f *testing.F) {
 		"list --mine --all", "list --page 0", "list mine",
 		"new local --root /a/../b t", "new --root=/x docker", "new -- --root", "new --root rel",
 		"fork --root /x --backend local t", "fork --root=/x --root=/y", "fork --root", `new "--root" /x`,
+		"approve", "approve t3-call_1", "approve --all t1-x", "approve \u2014all", "approve --all --all", "approve a b",
+		"approve t1/x", `approve "--all"`, "deny", "deny t1-x", "deny --all", "approvals", "approvals RISKY",
+		"approvals riksy", "approvals never always",
 	} {
 		f.Add(s)
 	}
@@ -664,8 +747,8 @@ func FuzzTrigger(f *testing.F) {
 	})
 }
 
-// checkNewFields checks the fields of model, policy, list and audit against
-// the contract on bot.Command.
+// checkNewFields checks the fields of model, policy, list, audit, approve,
+// deny and approvals against the contract on bot.Command.
 func checkNewFields(t *testing.T, text string, cmd bot.Command) {
 	t.Helper()
 	word := func(w string, extra string, lower bool) bool {
@@ -707,6 +790,16 @@ func checkNewFields(t *testing.T, text string, cmd bot.Command) {
 	}
 	if cmd.Page < 0 || (cmd.Page != 0 && cmd.Verb != bot.VerbList && cmd.Verb != bot.VerbAudit) {
 		t.Fatalf("Parse(%q): page %d on %s", text, cmd.Page, cmd.Verb)
+	}
+	if cmd.ApprovalID != "" && ((cmd.Verb != bot.VerbApprove && cmd.Verb != bot.VerbDeny) ||
+		len(cmd.ApprovalID) > bot.MaxApprovalIDLen || !word(cmd.ApprovalID, "_.:-", false)) {
+		t.Fatalf("Parse(%q): bad approval ID %q in %+v", text, cmd.ApprovalID, cmd)
+	}
+	if cmd.All && cmd.Verb != bot.VerbApprove {
+		t.Fatalf("Parse(%q): --all on %s", text, cmd.Verb)
+	}
+	if cmd.Mode != "" && (cmd.Verb != bot.VerbApprovals || !slices.Contains([]string{"never", "risky", "always"}, cmd.Mode)) {
+		t.Fatalf("Parse(%q): mode %q on %s", text, cmd.Mode, cmd.Verb)
 	}
 }
 

@@ -173,6 +173,122 @@ func auditText(p agentflow.AuditPage) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// approvalVerb says whether v answers or sets the session's approvals
+// (approve, deny, approvals): like the controls (see Controls), for the
+// session's requester and admins only, which the session enforces.
+func approvalVerb(v Verb) bool {
+	return v == VerbApprove || v == VerbDeny || v == VerbApprovals
+}
+
+// approveCommand answers the command waiting for approval (approve,
+// deny) through the tenant's session manager, which records who answered
+// in its audit log and hands the answer to the session; the session
+// refuses anyone but its owner and admins, and an answer to nothing that
+// waits. Its refusal is told privately (see failure); the decision is
+// said in the thread, where the session also edits its approval message.
+func (r *Router) approveCommand(ctx context.Context, ev Event, thread string, cmd Command) (*Response, error) {
+	decision := agentflow.DecisionApprove
+	if cmd.Verb == VerbDeny {
+		decision = agentflow.DecisionDeny
+	}
+	// What waits, for the answer only (once answered it waits no more):
+	// the session alone says what the answer applies to.
+	waiting := r.waitingApproval(ctx, thread, cmd.ApprovalID)
+	if _, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlApprove,
+		Decision: decision, All: cmd.All, ApprovalID: cmd.ApprovalID}); err != nil {
+		return nil, err
+	}
+	return &Response{Text: decidedText(decision, cmd.All, waiting)}, nil
+}
+
+// waitingApproval is the approval that waits in thread's session (the one
+// named id, when id is not empty), or nil when none does or the session
+// does not say in time.
+func (r *Router) waitingApproval(ctx context.Context, thread, id string) *agentflow.ApprovalView {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := r.Sessions.State(qctx, thread)
+	if err != nil || v.Approval == nil || v.Approval.State != agentflow.ApprovalWaiting || (id != "" && v.Approval.ID != id) {
+		return nil
+	}
+	return v.Approval
+}
+
+// decidedText says what an approve or deny did; w is what waited, when
+// known.
+func decidedText(decision string, all bool, w *agentflow.ApprovalView) string {
+	if decision == agentflow.DecisionDeny {
+		if w == nil {
+			return "Denied."
+		}
+		return fmt.Sprintf("Denied: %s.", codeText(w.Command))
+	}
+	if w == nil {
+		if all {
+			return "Approved, with the rest of this turn's commands."
+		}
+		return "Approved."
+	}
+	if w.Need > 1 && len(w.Approvers)+1 < w.Need {
+		return fmt.Sprintf("Approved %s (%d of %d approvals): it waits for another person's.", codeText(w.Command), len(w.Approvers)+1, w.Need)
+	}
+	if all {
+		return fmt.Sprintf("Approved: %s, with the rest of this turn's commands.", codeText(w.Command))
+	}
+	return fmt.Sprintf("Approved: %s.", codeText(w.Command))
+}
+
+// approvalsText is the answer of approvals without a mode: the session's
+// mode, and the command waiting for approval, if any.
+func approvalsText(v agentflow.SessionView) string {
+	mode := cmp.Or(v.Approvals, agentflow.ApprovalNever)
+	what := map[string]string{
+		agentflow.ApprovalNever:  "no command waits for approval",
+		agentflow.ApprovalRisky:  "the shell commands the risk rules flag wait for approval",
+		agentflow.ApprovalAlways: "every shell command waits for approval",
+	}[mode]
+	text := fmt.Sprintf("Approvals in this session: `%s`", mode)
+	if what != "" {
+		text += " — " + what
+	}
+	text += "."
+	switch mode {
+	case agentflow.ApprovalNever:
+		text += " `approvals risky` or `approvals always` makes this session ask."
+	case agentflow.ApprovalRisky:
+		text += " `approvals always` makes this session ask before every command."
+	}
+	if a := v.Approval; a != nil && a.State == agentflow.ApprovalWaiting {
+		text += "\nWaiting for approval: " + codeText(a.Command)
+		var why []string
+		for _, f := range a.Findings {
+			why = append(why, f.Reason)
+		}
+		if len(why) > 0 {
+			text += " (" + strings.Join(why, "; ") + ")"
+		}
+		if !a.Expires.IsZero() {
+			text += fmt.Sprintf(", until %s", a.Expires.UTC().Format("15:04 UTC"))
+		}
+		text += fmt.Sprintf(". Say `approve %s` or `deny %s`.", a.ID, a.ID)
+	}
+	return text
+}
+
+// codeText shows a shell command in a sentence: one line, at most 80
+// characters, as inline code (its backticks, which would end the code,
+// turned into quotes).
+func codeText(command string) string {
+	s := strings.ReplaceAll(strings.Join(strings.Fields(command), " "), "`", "'")
+	if r := []rune(s); len(r) > 80 {
+		s = string(r[:79]) + "…"
+	}
+	if s == "" {
+		return "the command"
+	}
+	return "`" + s + "`"
+}
+
 // usageText is one person's use of the daily budget, for status.
 func usageText(u agentflow.UsageView) string {
 	if u.Budget <= 0 {

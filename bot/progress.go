@@ -58,6 +58,10 @@ func ToolMarker(state string) string {
 		return "❌"
 	case "cancelled", "canceled":
 		return "⏹️"
+	case "approval":
+		return "✋"
+	case "denied":
+		return "🚫"
 	}
 	return "•"
 }

@@ -362,7 +362,7 @@ func (r *Router) command(ctx context.Context, ev Event) (*Response, error) {
 		switch {
 		case p == agentflow.PresenceNone:
 			return &Response{Text: "There is no session in this thread. Mention me with a task to start one.", Private: true}, nil
-		case p == agentflow.PresenceEnded && Controls(cmd.Verb):
+		case p == agentflow.PresenceEnded && (Controls(cmd.Verb) || approvalVerb(cmd.Verb)):
 			return nil, agentflow.ErrDestroyed
 		}
 	}
@@ -509,6 +509,21 @@ func (r *Router) dispatch(ctx context.Context, ev Event, thread string, cmd Comm
 			return &Response{Text: fmt.Sprintf("Stopped turn %d.", res.Stop.Turn)}, nil
 		}
 		return nil, nil // the session says when the turn has stopped
+	case VerbApprove, VerbDeny:
+		return r.approveCommand(ctx, ev, thread, cmd)
+	case VerbApprovals:
+		if cmd.Mode == "" {
+			v, err := cl.State(ctx, thread)
+			if err != nil {
+				return nil, err
+			}
+			return &Response{Text: approvalsText(v), Private: true}, nil
+		}
+		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlApprovals, Mode: cmd.Mode})
+		if err != nil {
+			return nil, err
+		}
+		return pending(res, fmt.Sprintf("Setting this session's approvals to `%s`.", cmd.Mode)), nil
 	case VerbDone:
 		res, err := r.control(ctx, ev, thread, agentflow.ControlRequest{Verb: agentflow.ControlPause})
 		if err != nil {
@@ -621,6 +636,9 @@ func statusText(v agentflow.SessionView) string {
 	}
 	for _, t := range v.Tools {
 		fmt.Fprintf(&b, "\n• %s (%s)", t.Summary, t.State)
+	}
+	if a := v.Approval; a != nil && a.State == agentflow.ApprovalWaiting {
+		fmt.Fprintf(&b, "\nwaiting for approval: %s (`approve` or `deny`)", codeText(a.Command))
 	}
 	if v.LastError != "" {
 		fmt.Fprintf(&b, "\nlast error: %s", v.LastError)

@@ -116,7 +116,7 @@ type badCase struct {
 // The answers the product gives, by meaning.
 var (
 	wantHint      = regexp.MustCompile("Tell me what to do")
-	wantHelp      = regexp.MustCompile(`(?s)new \[backend\] \[title\.\.\.\].*switch &lt;backend&gt; \[root\].*help \[verb\]`)
+	wantHelp      = regexp.MustCompile(`(?s)new \[backend\] \[--root /abs/path\] \[title\.\.\.\].*switch &lt;backend&gt; \[root\].*help \[verb\]`)
 	wantTooLong   = regexp.MustCompile(fmt.Sprintf(`message is too long \(\d+ bytes, at most %d\)`, agentflow.MaxMessageBytes))
 	wantLongTitle = regexp.MustCompile(`title is too long \(\d+ characters; at most 100\)`)
 	wantDestroyed = regexp.MustCompile(`This session was destroyed`)
