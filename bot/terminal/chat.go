@@ -209,8 +209,11 @@ func (c *Chat) command(ctx context.Context, line string) bool {
 		defer c.printf("terminal only: /use <thread>, /quit\n")
 	}
 	switch bot.Verb(word) {
-	case bot.VerbStop, bot.VerbStatus, bot.VerbList, bot.VerbHelp, bot.VerbBackends:
-		// These answer at once, even while a turn runs.
+	case bot.VerbStop, bot.VerbStatus, bot.VerbList, bot.VerbHelp, bot.VerbBackends,
+		bot.VerbApprove, bot.VerbDeny, bot.VerbApprovals:
+		// These answer at once, even while a turn runs: the turn that
+		// waits for an approval waits for this very command, and a
+		// stricter mode applies to the running turn's next command.
 	default:
 		// What changes the session applies after the messages typed
 		// before it, as a person reading the terminal expects.

@@ -40,7 +40,10 @@ func NewSender(w io.Writer) *Sender {
 
 // Deliver prints m. Answers and notices are shown as plain text (Plain);
 // progress lines show a tool's command and outcome as they are, since they
-// are not markup ("echo `date`" is a command, not code in a sentence).
+// are not markup ("echo `date`" is a command, not code in a sentence). An
+// approval prints the command that waits, with its control characters as
+// escapes (Visible), why it waits and what to type; the edit that decides
+// it prints the decision.
 func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -72,6 +75,16 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		defer s.markAnswered(m.MessageIDs)
 	case agentflow.OutboundTitle:
 		return nil // the command's own answer says it
+	case agentflow.OutboundApproval:
+		if m.Approval == nil {
+			if strings.TrimSpace(m.Text.Inline) == "" {
+				return nil
+			}
+			text = fmt.Sprintf("[%s] * %s\n", name, Plain(m.Text.Inline))
+			break
+		}
+		// Edited when decided (same key): the decision prints.
+		text = approvalText(name, *m.Approval)
 	default:
 		if strings.TrimSpace(m.Text.Inline) == "" {
 			return nil

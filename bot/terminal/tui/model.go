@@ -82,6 +82,7 @@ type Model struct {
 	ticks    int
 
 	ov *overlay
+	ap approvals // see approval.go
 
 	md mdRenderer
 }
@@ -277,9 +278,9 @@ func (m *Model) onTick() tea.Cmd {
 }
 
 // endTools ends the rows of a finished turn that the polls last saw
-// pending or running (without a Feed they rarely see a turn's last call
-// end): they no longer run, and until the conversation says how they
-// ended (turnTools), they say only that.
+// pending, running or waiting for approval (without a Feed they rarely
+// see a turn's last call end): they no longer run, and until the
+// conversation says how they ended (turnTools), they say only that.
 func (m *Model) endTools(r agentflow.TurnResult) {
 	state := "ended"
 	if r.Status == agentflow.TurnStopped || r.Status == agentflow.TurnCanceled {
@@ -287,7 +288,7 @@ func (m *Model) endTools(r agentflow.TurnResult) {
 	}
 	changed := false
 	for _, it := range m.items {
-		if it.tool != nil && it.turn == r.Turn && (it.tool.st.State == "pending" || it.tool.st.State == "running") {
+		if it.tool != nil && it.turn == r.Turn && (it.tool.st.State == "pending" || it.tool.st.State == "running" || it.tool.st.State == "approval") {
 			it.tool.st.State, it.rendered, changed = state, "", true
 		}
 	}
@@ -298,7 +299,7 @@ func (m *Model) endTools(r agentflow.TurnResult) {
 
 // unsettled says a row's state is not how its call ended for sure.
 func unsettled(state string) bool {
-	return state == "pending" || state == "running" || state == "ended"
+	return state == "pending" || state == "running" || state == "approval" || state == "ended"
 }
 
 func sortedKeys(m map[string]time.Time) []string {
@@ -378,6 +379,7 @@ func (m *Model) onState(msg stateMsg) {
 	}
 	m.viewErr = ""
 	m.view = msg.view
+	m.syncApproval(msg.view)
 	if msg.view.Status == agentflow.StatusRunning && len(msg.view.Tools) > 0 {
 		m.mergeTools(msg.view.Turn, msg.view.Tools)
 	}
@@ -385,6 +387,10 @@ func (m *Model) onState(msg stateMsg) {
 
 // onFeed takes a delivery of the worker in this process.
 func (m *Model) onFeed(o agentflow.Outbound) {
+	if o.Kind == agentflow.OutboundApproval {
+		m.onApproval(o)
+		return
+	}
 	if o.Thread != m.thread || m.screen != screenSession {
 		if o.Kind == agentflow.OutboundAnswer {
 			m.flash = "new answer in " + strings.TrimPrefix(o.Thread, "term:")
@@ -562,6 +568,9 @@ func (m *Model) pickerKey(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 }
 
 func (m *Model) sessionKey(k tea.KeyMsg) (tea.Model, tea.Cmd) {
+	if k.String() == "ctrl+a" && m.reopenApproval() {
+		return m, nil
+	}
 	switch k.String() {
 	case "ctrl+c":
 		m.ov = &overlay{purpose: forDone, step: 3, label: keepQuestion}
@@ -765,6 +774,9 @@ func (m *Model) overlayKey(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 	if k.String() == "esc" {
 		m.ov = nil
 		return m, nil
+	}
+	if ov.purpose == forApproval {
+		return m.approvalKeyPress(k)
 	}
 	switch ov.step {
 	case 0: // the backend list

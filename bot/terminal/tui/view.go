@@ -30,9 +30,11 @@ var (
 		"pending": styleDim, "running": lipgloss.NewStyle().Foreground(lipgloss.Color("11")),
 		"done": lipgloss.NewStyle().Foreground(lipgloss.Color("10")), "failed": styleError,
 		"cancelled": styleDim, "unknown": styleError,
+		"approval": lipgloss.NewStyle().Foreground(lipgloss.Color("11")), "denied": styleError,
 	}
 	stateGlyphs = map[string]string{
 		"pending": "○", "running": "◐", "done": "✓", "failed": "✗", "cancelled": "⊘", "unknown": "?",
+		"approval": "◌", "denied": "⊘",
 	}
 )
 
@@ -332,6 +334,9 @@ func (m *Model) activity() string {
 	v := m.view
 	switch v.Status {
 	case agentflow.StatusRunning:
+		if m.waitingApproval() != nil {
+			return "waiting for approval"
+		}
 		for _, t := range v.Tools {
 			if t.State == "running" {
 				return "running a tool"
@@ -373,6 +378,9 @@ func (m *Model) activity() string {
 
 func (m *Model) statusBar() string {
 	parts := []string{m.activity()}
+	if h := m.approvalHint(); h != "" {
+		parts = append(parts, h)
+	}
 	if m.view.Backend != "" {
 		parts = append(parts, m.view.Backend)
 	}
@@ -440,6 +448,8 @@ func (m *Model) overlayOn(body string) string {
 		label := ov.label
 		b.WriteString(styleTitle.Render(label) + "\n" + ov.input.View() + "\n")
 		b.WriteString(styleDim.Render("enter ok · esc cancel"))
+	case approvalStep:
+		b.WriteString(m.approvalBox())
 	default:
 		b.WriteString(wrap(ov.label, max(20, m.width-8)))
 	}
