@@ -75,6 +75,12 @@ type accSession struct {
 	status string
 	// said is text of a turn it answered, which export must show.
 	said string
+	// approval is the ID of the command waiting for approval in it,
+	// approvalMsg the ID of the message with its buttons and asked the
+	// ID of the message whose turn waits ("" for an approval message from
+	// before, in a channel the bot does not serve); all empty when
+	// nothing waits.
+	approval, approvalMsg, asked string
 }
 
 // accObserver hands events to the real Router and records each one when
@@ -531,6 +537,12 @@ type accEntry struct {
 	// manager; "" by the gateway, as export).
 	control   bool
 	auditVerb string
+	// approval, when set, makes the row click a button of a command
+	// waiting for approval in s: before the row, unless one waits there
+	// already, alice posts the message it returns (its turn must wait
+	// for approval). A refused click leaves it waiting, for the next
+	// refused rows.
+	approval func(h *accDiscord) string
 	// works checks that it worked for p.
 	works func(t *testing.T, h *accDiscord, p accPerson, s *accSession, b accBefore, ref accRef)
 }
@@ -539,13 +551,17 @@ type accEntry struct {
 // bot from Discord — a message in a channel and in a thread, a mention (in
 // a session's channel and in a channel of its own), "!agent" and mention
 // commands, /agent new and /agent with every control verb, the buttons
-// and the backend select of the status message, the interactions over the
+// and the backend select of the status message, the buttons of an
+// approval message (Approve, Approve all for this turn, Deny; the
+// tenant's policy makes risky commands wait), the interactions over the
 // gateway and over signed HTTP — as each kind of person: a stranger, a
 // member without the allowed role, the owner in a channel the bot does not
 // serve, an allowed non-owner, the owner and an admin. A stranger starts
 // and changes nothing; an allowed non-owner may talk but every control is
-// refused, by the session manager, and changes nothing; the owner's and
-// the admin's controls work. Refusals of interactions are private;
+// refused, by the session manager, and changes nothing (a command
+// waiting for approval waits on); the owner's and
+// the admin's controls work (an approved command runs, a denied one
+// does not, and the model is told). Refusals of interactions are private;
 // Discord has no private answer to a message, so a refused message
 // command is answered in public with the refusal alone, and a stranger's
 // plain chat is not answered at all. Everything real but Discord and the
@@ -553,48 +569,11 @@ type accEntry struct {
 // Docker sandboxes.
 func TestAccessEveryEntryPoint(t *testing.T) {
 	ctx := context.Background()
-	fd, stack := startDiscord(t)
-	o := fd.Options()
-	dg, err := discordgo.New("Bot " + o.BotToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &accDiscord{fd: fd, dg: dg, stack: stack, guild: o.GuildID, known: map[string]bool{},
-		agents: fd.AddChannel("agents", fakediscord.ChannelText), closed: fd.AddChannel("closed", fakediscord.ChannelText)}
-	allowed := []string{h.agents}
-	for i := range accFresh {
-		ch := fd.AddChannel(fmt.Sprintf("fresh-%d", i), fakediscord.ChannelText)
-		h.fresh = append(h.fresh, ch)
-		allowed = append(allowed, ch)
-	}
-	access := bot.Access{Users: []string{accAlice, accBob, accNoRole}, Roles: []string{accRole}, Channels: allowed,
-		Admins: []string{accRoot}}
-	router := &bot.Router{Sessions: stack.Sessions, Cache: store.NewMemoryCache(), Access: access,
-		Backends: []string{"local", "docker"}, DefaultBackend: "local"}
-	h.obs = &accObserver{h: router, ids: map[string]bool{}}
-	in, err := discordbot.NewInbound(discordbot.InboundConfig{Token: o.BotToken, AppID: o.AppID,
-		PublicKey: fd.PublicKeyHex(), GuildID: o.GuildID, Backends: router.Backends}, h.obs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(in.HTTPHandler())
-	h.hs = hs.URL + "/discord/interactions"
-	t.Cleanup(func() {
-		// discordgo writes one heartbeat right after connecting; closing
-		// before it can leave a reconnect loop behind.
-		_ = fd.WaitFor(ctx, func(s *fakediscord.Server) bool { return s.Heartbeats() >= s.Connects() })
-		in.Close()
-		hs.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := in.Shutdown(sctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	until(t, "a gateway connection", func() (bool, string) { return fd.Connected() > 0, "" })
+	h := startAccDiscord(t)
+	stack := h.stack
+	// Risky commands wait for approval (the rows' own commands are
+	// harmless echoes and sleeps): the approval buttons are entry points.
+	h.setPolicy(t, agentflow.PolicyApprovals, agentflow.ApprovalRisky, agentflow.ApprovalRisky)
 
 	alice := accPeople[4]
 	// The sessions the refused rows act on: alice's of the channel
@@ -645,6 +624,9 @@ func TestAccessEveryEntryPoint(t *testing.T) {
 					}
 				})
 			}
+			// The command the refused rows clicked at waits still: its
+			// owner denies it, so that the next rows find the channel idle.
+			h.denyWaiting(t, shared)
 		})
 	}
 	t.Logf("%d rows", rows)
@@ -666,6 +648,60 @@ func TestAccessEveryEntryPoint(t *testing.T) {
 	}
 }
 
+// startAccDiscord starts the stack of the access tests: the fake guild
+// with the channel "agents", the closed one and accFresh fresh ones, the
+// real Sender, Temporal and a worker, the Router (alice, bob and norole
+// allowed with the role, root an admin, "agents" and the fresh channels
+// served) behind an observer, and the real Inbound over the gateway
+// (connected) and signed HTTP; everything stops when t ends.
+func startAccDiscord(t *testing.T) *accDiscord {
+	t.Helper()
+	ctx := context.Background()
+	fd, stack := startDiscord(t)
+	o := fd.Options()
+	dg, err := discordgo.New("Bot " + o.BotToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &accDiscord{fd: fd, dg: dg, stack: stack, guild: o.GuildID, known: map[string]bool{},
+		agents: fd.AddChannel("agents", fakediscord.ChannelText), closed: fd.AddChannel("closed", fakediscord.ChannelText)}
+	allowed := []string{h.agents}
+	for i := range accFresh {
+		ch := fd.AddChannel(fmt.Sprintf("fresh-%d", i), fakediscord.ChannelText)
+		h.fresh = append(h.fresh, ch)
+		allowed = append(allowed, ch)
+	}
+	access := bot.Access{Users: []string{accAlice, accBob, accNoRole}, Roles: []string{accRole}, Channels: allowed,
+		Admins: []string{accRoot}}
+	router := &bot.Router{Sessions: stack.Sessions, Cache: store.NewMemoryCache(), Access: access,
+		Backends: []string{"local", "docker"}, DefaultBackend: "local"}
+	h.obs = &accObserver{h: router, ids: map[string]bool{}}
+	in, err := discordbot.NewInbound(discordbot.InboundConfig{Token: o.BotToken, AppID: o.AppID,
+		PublicKey: fd.PublicKeyHex(), GuildID: o.GuildID, Backends: router.Backends}, h.obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(in.HTTPHandler())
+	h.hs = hs.URL + "/discord/interactions"
+	t.Cleanup(func() {
+		// discordgo writes one heartbeat right after connecting; closing
+		// before it can leave a reconnect loop behind.
+		_ = fd.WaitFor(ctx, func(s *fakediscord.Server) bool { return s.Heartbeats() >= s.Connects() })
+		in.Close()
+		hs.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := in.Shutdown(sctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	until(t, "a gateway connection", func() (bool, string) { return fd.Connected() > 0, "" })
+	return h
+}
+
 // The answers of refusals.
 const (
 	notAllowed = "Sorry — you are not on this bot's allowlist"
@@ -675,12 +711,22 @@ const (
 // row runs one entry as one person and checks the outcome for their kind.
 func (h *accDiscord) row(t *testing.T, e accEntry, p accPerson, s *accSession) {
 	works := p.kind == kindOwner || p.kind == kindAdmin || (p.kind == kindNonOwner && !e.control)
+	if e.approval != nil && s.approval == "" {
+		if s.channel == h.closed {
+			h.approvalFromBefore(t, s)
+		} else {
+			h.ask(t, s, e.approval(h))
+		}
+	}
 	b := h.before(t, s)
 	ref := e.act(t, h, p, s, works)
 	if ref.Channel != s.channel {
 		b = h.withChannel(b, ref.Channel)
 	}
 	h.obs.wait(t, ref.id())
+	if e.approval != nil && !works {
+		defer h.stillWaits(t, s)
+	}
 	switch {
 	case p.kind == kindStranger:
 		h.refusedText(ref.Text)
@@ -841,6 +887,46 @@ func discordEntries() []accEntry {
 			h.waitBot(t, ref.Channel, "Session *"+ref.Extra+"*", nil)
 		}
 	}
+	clickApproval := func(action string) func(t *testing.T, h *accDiscord, p accPerson, s *accSession, works bool) accRef {
+		return func(t *testing.T, h *accDiscord, p accPerson, s *accSession, works bool) accRef {
+			inv, err := h.fd.ComponentClick(s.channel, s.approvalMsg, p.user, p.roles, action+":"+s.approval)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return accRef{Channel: s.channel, Interaction: inv.ID, Extra: s.asked}
+		}
+	}
+	// decided checks that p's click decided the command waiting in s:
+	// the turn went on, the commands ran (approved) or not (denied) and
+	// the model was told, and the approval message says so, without
+	// buttons.
+	decided := func(state string, says func(user string) []string) func(t *testing.T, h *accDiscord, p accPerson, s *accSession, b accBefore, ref accRef) {
+		return func(t *testing.T, h *accDiscord, p accPerson, s *accSession, b accBefore, ref accRef) {
+			h.done(t, p, s, b, agentflow.ControlApprove)
+			res := h.answered(t, s.key, ref.Extra)
+			if res.Status != agentflow.TurnDone {
+				t.Fatalf("the turn after the click: %s", res.Status)
+			}
+			for _, w := range says(p.user) {
+				if !strings.Contains(res.Answer, w) {
+					t.Errorf("the answer after the click lacks %q:\n%s", w, res.Answer)
+				}
+			}
+			asked, _ := h.fd.Message(ref.Extra)
+			for _, m := range echoed.FindAllStringSubmatch(asked.Content, -1) {
+				if ran := strings.Contains(res.Answer, m[1]); ran != (state == agentflow.ApprovalApproved) {
+					t.Errorf("the output of 'echo %s' is in the answer: %v\n%s", m[1], ran, res.Answer)
+				}
+			}
+			h.decidedMessage(t, s, state, p.user)
+			for _, m := range h.fd.Messages(s.channel) {
+				if m.Bot && !b.messages[m.ID] && len(approvalButtons(t, m)) > 0 {
+					t.Errorf("another approval message after the click: %q", m.Content)
+				}
+			}
+			s.approval, s.approvalMsg, s.asked = "", "", ""
+		}
+	}
 	titleRef := func(ref accRef, title string) accRef {
 		ref.Extra = title
 		return ref
@@ -897,6 +983,18 @@ func discordEntries() []accEntry {
 				return titleRef(slash("title", fakediscord.StringOption("name", title))(t, h, p, s, works), title)
 			}, works: titled},
 		{name: "slash-export", control: true, act: slash("export"), works: exported},
+		{name: "button-approve", control: true, auditVerb: agentflow.ControlApprove,
+			approval: func(h *accDiscord) string { return "sh: " + riskyCommand + "; echo " + h.marker("approved") },
+			act:      clickApproval(discordbot.ActionApprove), works: decided(agentflow.ApprovalApproved, approvedBy)},
+		{name: "button-approve-all", control: true, auditVerb: agentflow.ControlApprove,
+			approval: func(h *accDiscord) string {
+				m := h.marker("approved-all")
+				return "sh: " + riskyCommand + "; echo " + m + "-first\nsh: " + riskyCommand + "; echo " + m + "-second"
+			},
+			act: clickApproval(discordbot.ActionApproveAll), works: decided(agentflow.ApprovalApproved, approvedAllBy)},
+		{name: "button-deny", control: true, auditVerb: agentflow.ControlApprove,
+			approval: func(h *accDiscord) string { return "sh: " + riskyCommand + "; echo " + h.marker("denied") },
+			act:      clickApproval(discordbot.ActionDeny), works: decided(agentflow.ApprovalDenied, deniedBy)},
 		{name: "slash-reset", control: true, auditVerb: agentflow.ControlReset, act: slash("reset"),
 			works: func(t *testing.T, h *accDiscord, p accPerson, s *accSession, b accBefore, ref accRef) {
 				h.done(t, p, s, b, agentflow.ControlReset)

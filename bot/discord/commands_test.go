@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/agentbot/agentbot/agentflow"
 	"github.com/agentbot/agentbot/bot"
 )
 
@@ -32,6 +33,7 @@ const (
 	optSubCommand = 1
 	optString     = 3
 	optInteger    = 4
+	optBoolean    = 5
 )
 
 // optionName is Discord's rule for names of chat input commands and their
@@ -79,7 +81,7 @@ func checkLimits(t *testing.T, raw []byte) commandJSON {
 				if len(o.Choices) > 0 || o.Required {
 					t.Errorf("%s: a subcommand with choices or required", p)
 				}
-			case o.Type == optString || o.Type == optInteger:
+			case o.Type == optString || o.Type == optInteger || o.Type == optBoolean:
 				if len(o.Options) > 0 {
 					t.Errorf("%s: a value option with options", p)
 				}
@@ -195,6 +197,9 @@ func TestCommandsOptions(t *testing.T) {
 		{bot.VerbList, []want{str("scope", 0, bot.ScopeMine, bot.ScopeAll), page}},
 		{bot.VerbTitle, []want{{name: "name", typ: optString, required: true, maxLength: bot.MaxTitleRunes}}},
 		{bot.VerbStop, nil},
+		{bot.VerbApprove, []want{str("id", bot.MaxApprovalIDLen), {name: "all", typ: optBoolean}}},
+		{bot.VerbDeny, []want{str("id", bot.MaxApprovalIDLen)}},
+		{bot.VerbApprovals, []want{str("mode", 0, agentflow.ApprovalNever, agentflow.ApprovalRisky, agentflow.ApprovalAlways)}},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.verb), func(t *testing.T) {

@@ -22,6 +22,8 @@ func FuzzInteraction(f *testing.F) {
 		`{"id":"1","type":2,"channel_id":"10","data":{"name":"agent","options":[{"type":1,"name":"list","options":[{"type":4,"name":"page","value":1e300}]}]}}`,
 		`{"id":"1","type":3,"channel_id":"10","data":{"custom_id":"` + ActionSwitch + `","component_type":3,"values":["e2b"]}}`,
 		`{"id":"1","type":3,"channel_id":"1:0","data":{"custom_id":"` + ActionFork + `","component_type":2}}`,
+		`{"id":"1","type":3,"channel_id":"10","data":{"custom_id":"` + ActionApproveAll + `:t3-call_abc","component_type":2}}`,
+		`{"id":"1","type":3,"channel_id":"10","data":{"custom_id":"` + ActionDeny + `:t 3","component_type":2}}`,
 		`{"id":"1","type":2,"channel_id":"10"}`,
 		`{"id":"1","type":3,"channel_id":"10"}`,
 		`{"type":1}`, `{"type":4,"data":{"name":"agent"}}`, `{}`,

@@ -84,6 +84,15 @@ const (
 	ActionDone   = "agent_done"
 )
 
+// Custom ID prefixes of the buttons on approval messages: a button's
+// custom ID is the prefix, ':' and the approval's ID
+// ("agent_approve:t3-call_abc").
+const (
+	ActionApprove    = "agent_approve"
+	ActionApproveAll = "agent_approve_all"
+	ActionDeny       = "agent_deny"
+)
+
 // Intents is what the gateway connection asks for. MessageContent is a
 // privileged intent: switch it on in the developer portal.
 const Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages |
@@ -305,6 +314,13 @@ func Commands(backends []string) []*discordgo.ApplicationCommand {
 			page(),
 		},
 		bot.VerbHelp: {str("verb", "the command to explain", false, choicesOf(verbs...), 0)},
+		bot.VerbApprove: {
+			str("id", "the approval to answer; leave out for the command waiting", false, nil, bot.MaxApprovalIDLen),
+			{Type: discordgo.ApplicationCommandOptionBoolean, Name: "all", Description: "approve the rest of this turn's commands too"},
+		},
+		bot.VerbDeny: {str("id", "the approval to deny; leave out for the command waiting", false, nil, bot.MaxApprovalIDLen)},
+		bot.VerbApprovals: {str("mode", "which shell commands wait for approval; leave out to see it", false,
+			choicesOf(agentflow.ApprovalNever, agentflow.ApprovalRisky, agentflow.ApprovalAlways), 0)},
 	}
 	var subs []*discordgo.ApplicationCommandOption
 	for _, v := range bot.Verbs() {

@@ -164,7 +164,9 @@ func (in *Inbound) prepare(i *discordgo.Interaction) (prepared, bool) {
 }
 
 // commandText maps an interaction to command text: "/agent switch
-// backend:docker" is "switch docker", a click on Fork is "fork".
+// backend:docker" is "switch docker", "/agent approve id:t3-call_1
+// all:True" is "approve t3-call_1 --all", a click on Fork is "fork", a
+// click on an approval's Deny is "deny <id>" (approvalCommand).
 func commandText(i *discordgo.Interaction) (string, bool) {
 	switch i.Type {
 	case discordgo.InteractionApplicationCommand:
@@ -175,8 +177,11 @@ func commandText(i *discordgo.Interaction) (string, bool) {
 		sub := data.Options[0]
 		opt := map[string]string{}
 		num := map[string]int{}
+		flag := map[string]bool{}
 		for _, o := range sub.Options {
 			switch v := o.Value.(type) {
+			case bool:
+				flag[o.Name] = v
 			case string:
 				opt[o.Name] = strings.TrimSpace(v)
 			case float64:
@@ -201,6 +206,18 @@ func commandText(i *discordgo.Interaction) (string, bool) {
 			c.Scope, c.Page = opt["scope"], num["page"]
 		case bot.VerbAudit:
 			c.Page = num["page"]
+		case bot.VerbApprove, bot.VerbDeny:
+			c.All = c.Verb == bot.VerbApprove && flag["all"]
+			if id := opt["id"]; id != "" && !validApprovalID(id) {
+				// String writes a word like "--all" bare, which Parse
+				// would read as the option: quoted, it is refused as no
+				// approval ID.
+				verb, rest, _ := strings.Cut(c.String(), " ")
+				return strings.TrimSpace(verb + " " + strconv.Quote(id) + " " + rest), true
+			}
+			c.ApprovalID = opt["id"]
+		case bot.VerbApprovals:
+			c.Mode = opt["mode"]
 		}
 		if !c.Verb.Valid() {
 			return "", false
@@ -220,6 +237,9 @@ func commandText(i *discordgo.Interaction) (string, bool) {
 			return string(bot.VerbStop), true
 		case ActionDone:
 			return string(bot.VerbDone), true
+		}
+		if text := approvalCommand(data.CustomID); text != "" {
+			return text, true
 		}
 	}
 	return "", false

@@ -85,6 +85,9 @@ func TestCommandText(t *testing.T) {
 	num := func(name string, value int) string {
 		return `{"type":4,"name":"` + name + `","value":` + strconv.Itoa(value) + `}`
 	}
+	flag := func(name string, value bool) string {
+		return `{"type":5,"name":"` + name + `","value":` + strconv.FormatBool(value) + `}`
+	}
 	tests := []struct {
 		name, raw, want string
 		ok              bool
@@ -119,6 +122,18 @@ func TestCommandText(t *testing.T) {
 		{"list page", sub("list", num("page", 2)), "list --page 2", true},
 		{"list mine page", sub("list", opt("scope", "mine")+","+num("page", 3)), "list --mine --page 3", true},
 		{"list all page", sub("list", num("page", 12)+","+opt("scope", "all")), "list --all --page 12", true},
+		{"approve", sub("approve", ""), "approve", true},
+		{"approve id", sub("approve", opt("id", " t3-call_abc ")), "approve t3-call_abc", true},
+		{"approve id all", sub("approve", opt("id", "t3-call_abc")+","+flag("all", true)), "approve t3-call_abc --all", true},
+		{"approve all first", sub("approve", flag("all", true)+","+opt("id", "t3-call_abc")), "approve t3-call_abc --all", true},
+		{"approve all only", sub("approve", flag("all", true)), "approve --all", true},
+		{"approve all false", sub("approve", opt("id", "t3-call_abc")+","+flag("all", false)), "approve t3-call_abc", true},
+		{"deny", sub("deny", ""), "deny", true},
+		{"deny id", sub("deny", opt("id", "t3-call_abc")), "deny t3-call_abc", true},
+		{"approvals", sub("approvals", ""), "approvals", true},
+		{"approvals never", sub("approvals", opt("mode", "never")), "approvals never", true},
+		{"approvals risky", sub("approvals", opt("mode", "risky")), "approvals risky", true},
+		{"approvals always", sub("approvals", opt("mode", "always")), "approvals always", true},
 		{"other command", `{"type":2,"data":{"name":"other","type":1}}`, "", false},
 		{"select", `{"type":3,"data":{"custom_id":"agent_switch","component_type":3,"values":["docker"]}}`, "switch docker", true},
 		{"fork button", `{"type":3,"data":{"custom_id":"agent_fork","component_type":2}}`, "fork", true},
@@ -165,6 +180,11 @@ func TestCommandTextOptionValues(t *testing.T) {
 		{"list", sub("list", `{"type":3,"name":"scope","value":"mine"},{"type":4,"name":"page","value":2}`),
 			bot.Command{Verb: bot.VerbList, Scope: bot.ScopeMine, Page: 2}},
 		{"audit", sub("audit", `{"type":4,"name":"page","value":7}`), bot.Command{Verb: bot.VerbAudit, Page: 7}},
+		{"approve", sub("approve", `{"type":3,"name":"id","value":"t3-call_abc"},{"type":5,"name":"all","value":true}`),
+			bot.Command{Verb: bot.VerbApprove, ApprovalID: "t3-call_abc", All: true}},
+		{"deny", sub("deny", `{"type":3,"name":"id","value":"t12-call_9"}`), bot.Command{Verb: bot.VerbDeny, ApprovalID: "t12-call_9"}},
+		{"approvals", sub("approvals", `{"type":3,"name":"mode","value":"always"}`),
+			bot.Command{Verb: bot.VerbApprovals, Mode: "always"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,6 +232,12 @@ func TestCommandTextMisfits(t *testing.T) {
 			`policy reset "max turns"`, "is not a policy key"},
 		{"model with a space", sub("model", opt("name", "gpt 4")), `model "gpt 4"`, "not a model name"},
 		{"page below 1", sub("list", `{"type":4,"name":"page","value":-1}`), "list --page -1", "number of 1 or more"},
+		{"approval ID with a space", sub("approve", opt("id", "t3 call")), `approve "t3 call"`, "is not an approval ID"},
+		{"approval ID like an option", sub("deny", opt("id", "--all")), `deny "--all"`, "is not an approval ID"},
+		{"approval ID like an option, with all", sub("approve", opt("id", "—all")+`,{"type":5,"name":"all","value":true}`),
+			`approve "—all" --all`, "is not an approval ID"},
+		{"approval ID with a quote", sub("approve", opt("id", `t3"x`)), `approve "t3\"x"`, "is not an approval ID"},
+		{"approval mode not a choice", sub("approvals", opt("mode", "sometimes")), "approvals sometimes", "is not an approval mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

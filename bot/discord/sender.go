@@ -3,6 +3,7 @@ package discordbot
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,6 +163,10 @@ func newSession(token string, hc *http.Client) (*discordgo.Session, error) {
 //     m.Key+"/part-N"; one longer than UploadOver characters is one message
 //     with a short preview and the whole answer attached as a file;
 //   - a notice is one message;
+//   - an approval is one message per m.Key (see renderApproval): the
+//     command, why it needs approval and, while it waits, buttons
+//     Approve, Approve all for this turn and Deny; the delivery of its
+//     decision edits the message, which loses its buttons;
 //   - a title renames the thread, when the session is in a thread.
 //
 // "<thread:KEY>" tokens become channel mentions ("<#id>"). Messages never
@@ -181,12 +186,21 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		return err
 	}
 	defer s.unlock(m.Key)
-	d := &delivery{s: s, channel: channel, lookUp: s.isRetry(ctx) || m.Kind == agentflow.OutboundProgress}
+	// A progress message's or an approval's later edits may run on
+	// another worker, or after a restart.
+	d := &delivery{s: s, channel: channel,
+		lookUp: s.isRetry(ctx) || m.Kind == agentflow.OutboundProgress || m.Kind == agentflow.OutboundApproval}
 	switch m.Kind {
 	case agentflow.OutboundProgress:
 		return d.put(ctx, m.Key, renderProgress(m), nil)
 	case agentflow.OutboundAnswer:
 		return s.deliverAnswer(ctx, d, m)
+	case agentflow.OutboundApproval:
+		if m.Approval == nil {
+			return s.deliverNotice(ctx, d, m)
+		}
+		content, comps := renderApproval(*m.Approval)
+		return d.putComponents(ctx, m.Key, content, nil, &comps)
 	case agentflow.OutboundTitle:
 		if strings.TrimSpace(m.Title) == "" {
 			return nil
@@ -200,12 +214,17 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		}
 		return s.RenameThread(ctx, m.Thread, m.Title)
 	default: // notices, and kinds added later
-		text := strings.TrimSpace(m.Text.Inline)
-		if text == "" {
-			return nil
-		}
-		return d.put(ctx, m.Key, bot.Truncate(renderLinks(text), chunkLimit), nil)
+		return s.deliverNotice(ctx, d, m)
 	}
+}
+
+// deliverNotice posts (or edits) m's text as one message.
+func (s *Sender) deliverNotice(ctx context.Context, d *delivery, m agentflow.Outbound) error {
+	text := strings.TrimSpace(m.Text.Inline)
+	if text == "" {
+		return nil
+	}
+	return d.put(ctx, m.Key, bot.Truncate(renderLinks(text), chunkLimit), nil)
 }
 
 // chunkLimit leaves room for the marker (and the line break before it).
@@ -291,9 +310,23 @@ func (d *delivery) load(ctx context.Context) error {
 // put posts content under key, or edits the message already posted under
 // it. A message with a file is posted once and never edited.
 func (d *delivery) put(ctx context.Context, key, content string, file *discordgo.File) error {
+	return d.putComponents(ctx, key, content, file, nil)
+}
+
+// putComponents is put for a message with components: when comps is not
+// nil they are posted with the message, and an edit replaces the ones
+// posted before (an empty slice removes them); nil leaves them alone.
+func (d *delivery) putComponents(ctx context.Context, key, content string, file *discordgo.File, comps *[]discordgo.MessageComponent) error {
 	s := d.s
 	content = withMarker(content, key)
 	sum := digest(content)
+	if comps != nil {
+		b, err := json.Marshal(*comps)
+		if err != nil {
+			return permanent("discord: rendering components: "+err.Error(), err)
+		}
+		sum = digest(content + "\x00" + string(b))
+	}
 	prev, known := s.recall(key)
 	if !known && d.lookUp {
 		if err := d.load(ctx); err != nil {
@@ -311,7 +344,7 @@ func (d *delivery) put(ctx context.Context, key, content string, file *discordgo
 		}
 		err := s.call(ctx, "edit message", func(o ...discordgo.RequestOption) error {
 			_, err := s.dg.ChannelMessageEditComplex(&discordgo.MessageEdit{
-				ID: prev.id, Channel: prev.channel, Content: &content, AllowedMentions: noMentions(),
+				ID: prev.id, Channel: prev.channel, Content: &content, Components: comps, AllowedMentions: noMentions(),
 			}, o...)
 			return err
 		})
@@ -329,6 +362,9 @@ func (d *delivery) put(ctx context.Context, key, content string, file *discordgo
 	var msg *discordgo.Message
 	err := s.call(ctx, "post message", func(o ...discordgo.RequestOption) (err error) {
 		send := &discordgo.MessageSend{Content: content, AllowedMentions: noMentions()}
+		if comps != nil {
+			send.Components = *comps
+		}
 		if file != nil {
 			// A fresh reader per attempt: a rate-limited attempt read it.
 			body := file.Reader.(*strings.Reader)

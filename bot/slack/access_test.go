@@ -68,6 +68,12 @@ type accSession struct {
 	status string
 	// said is text of a turn it answered, which export must show.
 	said string
+	// approval is the ID of the command waiting for approval in it,
+	// approvalMsg the ts of the message with its buttons and asked the ts
+	// of the message whose turn waits ("" for an approval message from
+	// before, in a channel the bot does not serve); all empty when
+	// nothing waits.
+	approval, approvalMsg, asked string
 }
 
 // accObserver hands events to the real Router and records each one when
@@ -520,6 +526,12 @@ type accEntry struct {
 	// is told it works in a session's thread only.
 	control, noThread bool
 	auditVerb         string
+	// approval, when set, makes the row click a button of a command
+	// waiting for approval in s: before the row, unless one waits there
+	// already, alice posts the message it returns (its turn must wait
+	// for approval). A refused click leaves it waiting, for the next
+	// refused rows.
+	approval func(h *accSlack) string
 	// works checks that it worked for p.
 	works func(t *testing.T, h *accSlack, p accPerson, s *accSession, b accBefore, text, ref string)
 }
@@ -528,16 +540,92 @@ type accEntry struct {
 // bot from Slack — a message in a thread, a mention (in a thread and in
 // the channel), /agent new, /agent with a control verb, each control as a
 // "!agent" command and as a mention, the buttons and the backend select
-// of the status message, and the "Fork from here" message shortcut —
-// over Socket Mode and over signed HTTP, as each kind of person: a
-// stranger, the owner in a channel the bot does not serve, an allowed
-// non-owner, the owner and an admin. A stranger starts and changes nothing
-// and is told so privately; an allowed non-owner may talk in a thread but
-// every control is refused privately, by the session manager, and
-// changes nothing; the owner's and the admin's controls work. Everything
+// of the status message, the buttons of an approval message (Approve,
+// Approve all for this turn, Deny; the tenant's policy makes risky
+// commands wait) and the "Fork from here" message shortcut — over Socket
+// Mode and over signed HTTP, as each kind of person: a stranger, the
+// owner in a channel the bot does not serve, an allowed non-owner, the
+// owner and an admin. A stranger starts and changes nothing and is told
+// so privately; an allowed non-owner may talk in a thread but every
+// control is refused privately, by the session manager, and changes
+// nothing (a command waiting for approval waits on); the owner's and the
+// admin's controls work (an approved command runs, a denied one does
+// not, and the model is told). Everything
 // real but Slack and the model: the Inbound and Router, Temporal, the
 // workflows, the local and Docker sandboxes.
 func TestAccessEveryEntryPoint(t *testing.T) {
+	ctx := context.Background()
+	h := startAccSlack(t)
+	stack := h.stack
+	// Risky commands wait for approval (the rows' own commands are
+	// harmless echoes and sleeps): the approval buttons are entry points.
+	h.setPolicy(t, agentflow.PolicyApprovals, agentflow.ApprovalRisky, agentflow.ApprovalRisky)
+
+	// The sessions the refused rows act on: alice's in C1, and alice's in
+	// C2 from before the bot stopped serving C2.
+	shared := h.startByMention(t, accAlice)
+	shared.status = h.statusMessage(t, shared)
+	closed := h.startInClosedChannel(t)
+	targets := map[string]*accSession{}
+	target := func(p accPerson) *accSession {
+		switch {
+		case p.channel == accClosed:
+			return closed
+		case p.role == roleOwner || p.role == roleAdmin:
+			return targets[p.name]
+		}
+		return shared
+	}
+
+	rows := 0
+	for _, mode := range []string{"socket", "http"} {
+		t.Run(mode, func(t *testing.T) {
+			h.mode(mode)
+			// The owner and the admin each control a session of alice's
+			// of their own, new in each mode (destroy ends it).
+			targets["owner"] = h.startBySlash(t, accAlice, "owner's "+mode)
+			targets["admin"] = h.startBySlash(t, accAlice, "admin's "+mode)
+			for _, e := range slackEntries() {
+				t.Run(e.name, func(t *testing.T) {
+					for _, p := range accPeople {
+						rows++
+						t.Run(p.name, func(t *testing.T) {
+							h.row(t, e, p, target(p))
+						})
+					}
+				})
+			}
+			// The command the refused rows clicked at waits still: its
+			// owner denies it, so that the next rows find the thread idle.
+			h.denyWaiting(t, shared)
+		})
+	}
+	t.Logf("%d rows", rows)
+
+	// Whatever lagged in visibility: every session there is was meant,
+	// and no model request carries what a refused person wrote.
+	for id := range workflows(t, stack.Temporal) {
+		if key := strings.TrimPrefix(id, "agent/"); !h.known[key] {
+			v, _ := stack.Sessions.State(ctx, key)
+			t.Errorf("a session nobody should have started: %s (requester %s, parent %s)", key, v.Requester, v.Parent)
+		}
+	}
+	for _, r := range stack.Model.Requests() {
+		for _, m := range h.markers {
+			if regexp.MustCompile(regexp.QuoteMeta(m) + `\b`).Match(r.Body) {
+				t.Errorf("the model was sent %q, which a refused person wrote", m)
+			}
+		}
+	}
+}
+
+// startAccSlack starts the stack of the access tests: the fake workspace
+// with alice, bob, root and eve, the real Sender, Temporal and a worker,
+// the Router (alice and bob allowed, root an admin, C1 served) behind an
+// observer, and the real Inbound over Socket Mode (connected) and signed
+// HTTP; everything stops when t ends.
+func startAccSlack(t *testing.T) *accSlack {
+	t.Helper()
 	ctx := context.Background()
 	fs := fakeslack.New(fakeslack.Options{})
 	t.Cleanup(fs.Close)
@@ -578,68 +666,25 @@ func TestAccessEveryEntryPoint(t *testing.T) {
 		}
 	})
 	until(t, "a socket mode connection", func() (bool, string) { return fs.Connections() == 1, "" })
-
-	// The sessions the refused rows act on: alice's in C1, and alice's in
-	// C2 from before the bot stopped serving C2.
-	shared := h.startByMention(t, accAlice)
-	shared.status = h.statusMessage(t, shared)
-	closed := h.startInClosedChannel(t)
-	targets := map[string]*accSession{}
-	target := func(p accPerson) *accSession {
-		switch {
-		case p.channel == accClosed:
-			return closed
-		case p.role == roleOwner || p.role == roleAdmin:
-			return targets[p.name]
-		}
-		return shared
-	}
-
-	rows := 0
-	for _, mode := range []string{"socket", "http"} {
-		t.Run(mode, func(t *testing.T) {
-			h.mode(mode)
-			// The owner and the admin each control a session of alice's
-			// of their own, new in each mode (destroy ends it).
-			targets["owner"] = h.startBySlash(t, accAlice, "owner's "+mode)
-			targets["admin"] = h.startBySlash(t, accAlice, "admin's "+mode)
-			for _, e := range slackEntries() {
-				t.Run(e.name, func(t *testing.T) {
-					for _, p := range accPeople {
-						rows++
-						t.Run(p.name, func(t *testing.T) {
-							h.row(t, e, p, target(p))
-						})
-					}
-				})
-			}
-		})
-	}
-	t.Logf("%d rows", rows)
-
-	// Whatever lagged in visibility: every session there is was meant,
-	// and no model request carries what a refused person wrote.
-	for id := range workflows(t, stack.Temporal) {
-		if key := strings.TrimPrefix(id, "agent/"); !h.known[key] {
-			v, _ := stack.Sessions.State(ctx, key)
-			t.Errorf("a session nobody should have started: %s (requester %s, parent %s)", key, v.Requester, v.Parent)
-		}
-	}
-	for _, r := range stack.Model.Requests() {
-		for _, m := range h.markers {
-			if regexp.MustCompile(regexp.QuoteMeta(m) + `\b`).Match(r.Body) {
-				t.Errorf("the model was sent %q, which a refused person wrote", m)
-			}
-		}
-	}
+	return h
 }
 
 // row runs one entry as one person and checks the outcome for their role.
 func (h *accSlack) row(t *testing.T, e accEntry, p accPerson, s *accSession) {
 	works := p.role == roleOwner || p.role == roleAdmin || (p.role == roleNonOwner && !e.control && !e.noThread)
+	if e.approval != nil && s.approval == "" {
+		if s.channel == accClosed {
+			h.approvalFromBefore(t, s)
+		} else {
+			h.ask(t, s, e.approval(h))
+		}
+	}
 	b := h.before(t, p, s)
 	text, ref := e.act(t, h, p, s, works)
 	h.obs.wait(t, b.handled, p.user, text)
+	if e.approval != nil && !works {
+		defer h.stillWaits(t, s)
+	}
 	switch {
 	case p.role == roleStranger:
 		h.refusedText(text)
@@ -736,6 +781,42 @@ func slackEntries() []accEntry {
 			return v.Backend == ref, v.Backend
 		})
 	}
+	clickApproval := func(action string) func(t *testing.T, h *accSlack, p accPerson, s *accSession, works bool) (string, string) {
+		return func(t *testing.T, h *accSlack, p accPerson, s *accSession, works bool) (string, string) {
+			h.fs.BlockAction(s.channel, p.user, s.approvalMsg, action, s.approval)
+			return clickCommand(action, s.approval), s.asked
+		}
+	}
+	// decided checks that p's click decided the command waiting in s:
+	// the turn went on, the commands ran (approved) or not (denied) and
+	// the model was told, and the approval message says so, without
+	// buttons.
+	decided := func(state string, says func(user string) []string) func(t *testing.T, h *accSlack, p accPerson, s *accSession, b accBefore, text, ref string) {
+		return func(t *testing.T, h *accSlack, p accPerson, s *accSession, b accBefore, text, ref string) {
+			h.done(t, p, s, b, agentflow.ControlApprove)
+			res := h.answered(t, s.key, ref)
+			if res.Status != agentflow.TurnDone {
+				t.Fatalf("the turn after %s: %s", text, res.Status)
+			}
+			for _, w := range says(p.user) {
+				if !strings.Contains(res.Answer, w) {
+					t.Errorf("the answer after %s lacks %q:\n%s", text, w, res.Answer)
+				}
+			}
+			for _, m := range echoed.FindAllStringSubmatch(h.messageText(t, s, ref), -1) {
+				if ran := strings.Contains(res.Answer, m[1]); ran != (state == agentflow.ApprovalApproved) {
+					t.Errorf("after %s, the output of 'echo %s' is in the answer: %v\n%s", text, m[1], ran, res.Answer)
+				}
+			}
+			h.decidedMessage(t, s, s.approval, state, p.user)
+			for _, m := range h.fs.Thread(s.channel, s.root) {
+				if !b.public[m.TS] && approvalKey(m) != "" {
+					t.Errorf("another approval message after %s: %q", text, m.Text)
+				}
+			}
+			s.approval, s.approvalMsg, s.asked = "", "", ""
+		}
+	}
 	titled := func(t *testing.T, h *accSlack, p accPerson, s *accSession, b accBefore, text, ref string) {
 		h.done(t, p, s, b, agentflow.ControlTitle)
 		until(t, "the new title", func() (bool, string) {
@@ -810,6 +891,18 @@ func slackEntries() []accEntry {
 					return false, ""
 				})
 			}},
+		{name: "button-approve", control: true, auditVerb: agentflow.ControlApprove,
+			approval: func(h *accSlack) string { return "sh: " + riskyCommand + "; echo " + h.marker("approved") },
+			act:      clickApproval(slackbot.ActionApprove), works: decided(agentflow.ApprovalApproved, approvedBy)},
+		{name: "button-approve-all", control: true, auditVerb: agentflow.ControlApprove,
+			approval: func(h *accSlack) string {
+				m := h.marker("approved-all")
+				return "sh: " + riskyCommand + "; echo " + m + "-first\nsh: " + riskyCommand + "; echo " + m + "-second"
+			},
+			act: clickApproval(slackbot.ActionApproveAll), works: decided(agentflow.ApprovalApproved, approvedAllBy)},
+		{name: "button-deny", control: true, auditVerb: agentflow.ControlApprove,
+			approval: func(h *accSlack) string { return "sh: " + riskyCommand + "; echo " + h.marker("denied") },
+			act:      clickApproval(slackbot.ActionDeny), works: decided(agentflow.ApprovalDenied, deniedBy)},
 		{name: "command-reset", control: true, auditVerb: agentflow.ControlReset, act: command("reset"),
 			works: func(t *testing.T, h *accSlack, p accPerson, s *accSession, b accBefore, text, ref string) {
 				h.done(t, p, s, b, agentflow.ControlReset)

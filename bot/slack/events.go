@@ -264,8 +264,8 @@ func (in *Inbound) onSlash(ctx context.Context, cmd slack.SlashCommand) {
 			}
 			ev.NewThreadKey = ThreadKey(id.team, cmd.ChannelID, ts)
 			r.threadTS = ts
-		case bot.VerbList:
-			// list needs only the tenant; the Router reads it from
+		case bot.VerbList, bot.VerbPolicy, bot.VerbAudit:
+			// They need only the tenant; the Router reads it from
 			// NewThreadKey. The key names the channel, not a thread.
 			ev.NewThreadKey = ThreadKey(id.team, cmd.ChannelID, "")
 		}
@@ -287,7 +287,8 @@ func slackError(err error) string {
 }
 
 // onInteraction handles one acknowledged interactivity payload: the
-// status message's controls and the "Fork from here" shortcut.
+// status message's controls, an approval message's buttons and the "Fork
+// from here" shortcut.
 func (in *Inbound) onInteraction(ctx context.Context, cb slack.InteractionCallback) {
 	id, err := in.identity(ctx)
 	if err != nil {
@@ -340,7 +341,8 @@ func interactionEvents(id *identity, cb slack.InteractionCallback) []bot.Event {
 	return nil
 }
 
-// actionCommand is the command a control of the status message stands for.
+// actionCommand is the command a control of the status message, or a
+// button of an approval message, stands for; "" for none.
 func actionCommand(a *slack.BlockAction) string {
 	switch a.ActionID {
 	case ActionSwitch:
@@ -355,6 +357,8 @@ func actionCommand(a *slack.BlockAction) string {
 		return string(bot.VerbStop)
 	case ActionDone:
 		return string(bot.VerbDone)
+	case ActionApprove, ActionApproveAll, ActionDeny:
+		return approvalCommand(a.ActionID, a.Value)
 	}
 	return ""
 }

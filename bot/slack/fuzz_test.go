@@ -73,6 +73,7 @@ func FuzzInteraction(f *testing.F) {
 		`{"type":"block_actions","user":{"id":"U1"},"container":{"channel_id":"C1","message_ts":"1700000000.1"},"actions":[{"action_id":"` + ActionSwitch + `","selected_option":{"value":"docker"}}]}`,
 		`{"type":"message_action","callback_id":"` + ShortcutForkFromID + `","user":{"id":"U1"},"channel":{"id":"C1"},"message":{"ts":"1700000000.2"}}`,
 		`{"type":"block_actions","user":{"id":"U1"},"channel":{"id":"C:1"},"message":{"ts":"1:2"},"actions":[{"action_id":"` + ActionFork + `"}]}`,
+		`{"type":"block_actions","user":{"id":"U1"},"channel":{"id":"C1"},"message":{"ts":"1700000000.3","thread_ts":"1700000000.1"},"actions":[{"action_id":"` + ActionApproveAll + `","value":"t3-call_abc","action_ts":"1.3"},{"action_id":"` + ActionDeny + `","value":"t 3","action_ts":"1.4"}]}`,
 		`{"type":"view_submission"}`, `{}`, `[]`,
 	} {
 		f.Add([]byte("payload=" + url.QueryEscape(p)))

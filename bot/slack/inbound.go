@@ -87,6 +87,11 @@ const (
 	ActionDone         = "agent_done"
 	ActionWebUI        = "agent_webui"
 	ShortcutForkFromID = "fork_from_here"
+	// The buttons of an approval message (see ApprovalBlocks); their
+	// value is the approval's ID.
+	ActionApprove    = "agent_approve"
+	ActionApproveAll = "agent_approve_all"
+	ActionDeny       = "agent_deny"
 )
 
 // ErrClosed is returned for work handed to an Inbound after Shutdown.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -204,7 +205,11 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 //   - an answer is posted in parts of at most MaxChunk characters (code
 //     fences closed and reopened at the cuts), keyed m.Key+"/part-N"; a
 //     long one is uploaded as a file with a short preview message;
-//   - a notice is one thread reply.
+//   - a notice is one thread reply;
+//   - an approval is one message per m.Key in Block Kit (ApprovalBlocks):
+//     the command, why it needs approval and, while it waits, buttons
+//     Approve, Approve all for this turn and Deny; the delivery of its
+//     decision edits the message, which loses its buttons.
 //
 // "<thread:KEY>" tokens become links. Errors are temporal
 // ApplicationErrors: ErrTypeRateLimited (retryable, NextRetryDelay =
@@ -233,13 +238,23 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		return d.put(ctx, m.Key, renderProgress(m, s.maxChunk), true)
 	case agentflow.OutboundAnswer:
 		return s.deliverAnswer(ctx, d, m)
-	default:
-		text := strings.TrimSpace(m.Text.Inline)
-		if text == "" {
-			return nil
+	case agentflow.OutboundApproval:
+		if m.Approval != nil {
+			return s.deliverApproval(ctx, d, m)
 		}
-		return d.put(ctx, m.Key, s.links.Render(ctx, bot.Truncate(text, s.maxChunk)), true)
+		return s.deliverNotice(ctx, d, m)
+	default:
+		return s.deliverNotice(ctx, d, m)
 	}
+}
+
+// deliverNotice posts (or edits) m's text as one thread reply.
+func (s *Sender) deliverNotice(ctx context.Context, d *delivery, m agentflow.Outbound) error {
+	text := strings.TrimSpace(m.Text.Inline)
+	if text == "" {
+		return nil
+	}
+	return d.put(ctx, m.Key, s.links.Render(ctx, bot.Truncate(text, s.maxChunk)), true)
 }
 
 func (s *Sender) deliverAnswer(ctx context.Context, d *delivery, m agentflow.Outbound) error {
@@ -343,10 +358,10 @@ type delivery struct {
 }
 
 // mustLookUp says whether a key unknown in memory may have been posted
-// already: by an earlier attempt, or (progress) by an earlier edit on
-// another worker or before a restart.
+// already: by an earlier attempt, or (progress, approvals) by an earlier
+// delivery on another worker or before a restart.
 func (d *delivery) mustLookUp() bool {
-	return d.retry || d.kind == agentflow.OutboundProgress
+	return d.retry || d.kind == agentflow.OutboundProgress || d.kind == agentflow.OutboundApproval
 }
 
 // load reads the thread's messages (once per delivery) and indexes those
@@ -389,8 +404,22 @@ func (d *delivery) load(ctx context.Context) error {
 
 // put posts text under key, or edits the message already posted under it.
 func (d *delivery) put(ctx context.Context, key, text string, quiet bool) error {
+	return d.putBlocks(ctx, key, text, nil, quiet)
+}
+
+// putBlocks is put for a message with blocks (text is then the fallback
+// for notifications). An edit sends the blocks too, so it replaces those
+// posted before.
+func (d *delivery) putBlocks(ctx context.Context, key, text string, blocks []slack.Block, quiet bool) error {
 	s := d.s
 	sum := digest(text)
+	if len(blocks) > 0 {
+		b, err := json.Marshal(blocks)
+		if err != nil {
+			return permanent("slack: rendering blocks: "+err.Error(), err)
+		}
+		sum = digest(text + "\x00" + string(b))
+	}
 	prev, known := s.recall(key)
 	if !known && d.mustLookUp() {
 		if err := d.load(ctx); err != nil {
@@ -404,6 +433,9 @@ func (d *delivery) put(ctx context.Context, key, text string, quiet bool) error 
 	opts := []slack.MsgOption{
 		slack.MsgOptionText(text, false),
 		slack.MsgOptionMetadata(slack.SlackMetadata{EventType: MessageEventType, EventPayload: map[string]any{"key": key}}),
+	}
+	if len(blocks) > 0 {
+		opts = append(opts, slack.MsgOptionBlocks(blocks...))
 	}
 	if quiet {
 		opts = append(opts, slack.MsgOptionDisableLinkUnfurl(), slack.MsgOptionDisableMediaUnfurl())

@@ -1,0 +1,298 @@
+package discordbot
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"unicode/utf8"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/bot"
+)
+
+// In-chat approvals (issue 18): a shell command the model asked for waits
+// until the session's owner (or an admin) approves it. The Sender posts
+// an approval message (renderApproval) in the session's channel or thread
+// and edits it when the approval is decided; a click on one of its
+// buttons comes back, as the member who clicked, as the command "approve
+// <id>", "approve <id> --all" or "deny <id>" there. The adapter checks
+// nothing more than the ID's shape: who may answer is for the session
+// manager to say.
+
+// MaxApprovalID is the longest approval ID a click stands for, as the
+// grammar's (bot.MaxApprovalIDLen).
+const MaxApprovalID = 100
+
+// maxCustomID is Discord's limit on a component's custom ID.
+const maxCustomID = 100
+
+// Words of the approval commands, as the grammar reads them.
+const (
+	approveVerb = "approve"
+	denyVerb    = "deny"
+	allOption   = "--all"
+)
+
+const (
+	maxFindings     = 10
+	maxFindingRunes = 200
+	maxFindingsText = 700 // of all the findings
+	maxApprovers    = 10
+)
+
+// validApprovalID says id may stand in an approval command as the
+// grammar reads one (bot.Parse): 1 to MaxApprovalID ASCII letters, digits
+// and "_.:-", starting with a letter or digit — so no white space, quote
+// or option.
+func validApprovalID(id string) bool {
+	if id == "" || len(id) > MaxApprovalID || !isAlnum(id[0]) {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && !strings.ContainsRune("_.:-", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// approvalCommand is the command text of a click on an approval button,
+// whose custom ID is a prefix (ActionApprove, ActionApproveAll,
+// ActionDeny), ':' and the approval's ID; "" for any other custom ID, or
+// an ID that is no approval ID.
+func approvalCommand(customID string) string {
+	action, id, ok := strings.Cut(customID, ":")
+	if !ok || !validApprovalID(id) {
+		return ""
+	}
+	switch action {
+	case ActionApprove:
+		return approveVerb + " " + id
+	case ActionApproveAll:
+		return approveVerb + " " + id + " " + allOption
+	case ActionDeny:
+		return denyVerb + " " + id
+	}
+	return ""
+}
+
+// approvalButtons are the buttons of an approval waiting for an answer;
+// nil when its ID cannot make custom IDs.
+func approvalButtons(id string) []discordgo.MessageComponent {
+	if !validApprovalID(id) || len(ActionApproveAll)+1+len(id) > maxCustomID {
+		return nil
+	}
+	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: []discordgo.MessageComponent{
+		discordgo.Button{CustomID: ActionApprove + ":" + id, Label: "Approve", Style: discordgo.SuccessButton},
+		discordgo.Button{CustomID: ActionApproveAll + ":" + id, Label: "Approve all for this turn", Style: discordgo.PrimaryButton},
+		discordgo.Button{CustomID: ActionDeny + ":" + id, Label: "Deny", Style: discordgo.DangerButton},
+	}}}
+}
+
+// renderApproval renders an approval message: its state and the command
+// in a code block, the findings that say why it needs approval, and who
+// must approve and when it expires (or, once decided, who decided and
+// when), within one message (a long command is cut); and its components:
+// while it waits, buttons Approve, Approve all for this turn and Deny
+// (custom IDs ActionApprove, ActionApproveAll, ActionDeny, ':' and v.ID),
+// else none (an empty slice, so an edit removes them).
+func renderApproval(v agentflow.ApprovalView) (string, []discordgo.MessageComponent) {
+	comps := []discordgo.MessageComponent{}
+	var hint string
+	if v.State == agentflow.ApprovalWaiting {
+		if b := approvalButtons(v.ID); b != nil {
+			comps = b
+		} else {
+			hint = "\nAnswer with `/" + CommandName + " approve` or `/" + CommandName + " deny`."
+		}
+	}
+	head := approvalHeadline(v)
+	tail := ""
+	if why := findingsText(v); why != "" {
+		tail += "\n" + why
+	}
+	tail += "\n" + approvalContext(v) + hint
+	cmd := v.Command
+	if strings.TrimSpace(cmd) == "" {
+		cmd = "(no command)"
+	}
+	room := chunkLimit - utf8.RuneCountInString(head) - utf8.RuneCountInString(tail) - len("\n```\n\n```")
+	for limit := max(room, 100); ; limit = limit * 3 / 4 {
+		content := head + "\n```\n" + codeText(bot.Truncate(cmd, limit)) + "\n```" + tail
+		if utf8.RuneCountInString(content) <= chunkLimit || limit < 50 {
+			return bot.Truncate(content, chunkLimit), comps
+		}
+	}
+}
+
+// approvalHeadline is the first lines of an approval message.
+func approvalHeadline(v agentflow.ApprovalView) string {
+	var h string
+	switch v.State {
+	case agentflow.ApprovalWaiting:
+		h = "🔐 **Approval needed**"
+	case agentflow.ApprovalApproved:
+		h = "✅ **Approved**"
+	case agentflow.ApprovalDenied:
+		h = "🚫 **Denied**"
+	case agentflow.ApprovalExpired:
+		h = "⌛ **Expired**"
+	case agentflow.ApprovalCancelled:
+		h = "⏹️ **Cancelled**"
+	default:
+		h = "• **" + escapeMarkdown(bot.Truncate(strings.Join(strings.Fields(v.State), " "), 40)) + "**"
+	}
+	if v.Turn > 0 {
+		h += fmt.Sprintf(" · turn %d", v.Turn)
+	}
+	if v.State == agentflow.ApprovalWaiting {
+		return h + "\nThe agent wants to run this command:"
+	}
+	return h + "\nThe agent asked to run this command:"
+}
+
+// codeText keeps text inside a code block: Discord ends a block at the
+// first "```", so runs of backticks are broken with zero-width spaces
+// (the command reads the same).
+func codeText(s string) string {
+	for strings.Contains(s, "``") {
+		s = strings.ReplaceAll(s, "``", "`\u200b`")
+	}
+	return s
+}
+
+// escapeMarkdown makes text show as written: Discord's markdown
+// characters are escaped with a backslash.
+func escapeMarkdown(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune("\\*_~`|<>[]#", r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// findingsText lists why the command needs approval ("rule: reason"), at
+// most maxFindings of them; "" when there is nothing to say.
+func findingsText(v agentflow.ApprovalView) string {
+	if len(v.Findings) == 0 {
+		if v.Mode == agentflow.ApprovalAlways {
+			return "*This session asks before every shell command.*"
+		}
+		return ""
+	}
+	var b strings.Builder
+	if v.State == agentflow.ApprovalWaiting {
+		b.WriteString("**Why it needs approval:**")
+	} else {
+		b.WriteString("**Why it needed approval:**")
+	}
+	for i, f := range v.Findings {
+		line := "\n• `" + strings.ReplaceAll(oneLine(f.Rule), "`", "'") + "`"
+		if r := bot.Truncate(strings.Join(strings.Fields(f.Reason), " "), maxFindingRunes); r != "" {
+			line += ": " + escapeMarkdown(r)
+		}
+		if i == maxFindings || utf8.RuneCountInString(b.String()+line) > maxFindingsText {
+			fmt.Fprintf(&b, "\n• *… and %d more*", len(v.Findings)-i)
+			break
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+// approvalContext says who must approve and until when, or how the
+// approval was decided.
+func approvalContext(v agentflow.ApprovalView) string {
+	by := v.DecidedBy
+	switch v.State {
+	case agentflow.ApprovalWaiting:
+		s := "Needs an approval by the session's owner or an admin"
+		if v.Need > 1 {
+			s = fmt.Sprintf("Needs %d approvals by different people (the session's owner or admins)", v.Need)
+			if n := len(v.Approvers); n > 0 {
+				s += fmt.Sprintf("; %d so far: %s", n, people(v.Approvers))
+			}
+		}
+		if !v.Expires.IsZero() {
+			s += " · expires " + discordTime(v.Expires, "R")
+		}
+		return s + "."
+	case agentflow.ApprovalApproved:
+		s := "Approved"
+		if len(v.Approvers) > 0 {
+			s += " by " + people(v.Approvers)
+		} else if by != "" {
+			s += " by " + people([]string{by})
+		}
+		s += at(v.DecidedAt)
+		if v.All {
+			s += ", with the rest of this turn's commands"
+		}
+		return s + "."
+	case agentflow.ApprovalDenied:
+		s := "Denied"
+		if by != "" {
+			s += " by " + people([]string{by})
+		}
+		return s + at(v.DecidedAt) + ". The command was not run."
+	case agentflow.ApprovalExpired:
+		when := v.DecidedAt
+		if when.IsZero() {
+			when = v.Expires
+		}
+		s := "Nobody answered"
+		if !when.IsZero() {
+			s += " by " + discordTime(when, "f")
+		}
+		return s + ". The command was not run."
+	case agentflow.ApprovalCancelled:
+		s := "The turn was stopped"
+		if by != "" {
+			s += " by " + people([]string{by})
+		}
+		return s + at(v.DecidedAt) + " before an answer. The command was not run."
+	}
+	return "The command was not run."
+}
+
+// at is ", <time>", or "" for no time.
+func at(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return ", " + discordTime(t, "f")
+}
+
+// discordTime is a timestamp Discord shows in the reader's time zone, in
+// style ("R": relative, "f": date and time).
+func discordTime(t time.Time, style string) string {
+	return fmt.Sprintf("<t:%d:%s>", t.Unix(), style)
+}
+
+// people names users: a Discord user ID as a mention (messages never
+// ping: allowed_mentions is empty), anything else as text.
+func people(ids []string) string {
+	var names []string
+	for i, id := range ids {
+		if i == maxApprovers {
+			names = append(names, fmt.Sprintf("%d more", len(ids)-i))
+			break
+		}
+		if validSnowflake(id) {
+			names = append(names, "<@"+id+">")
+		} else {
+			names = append(names, escapeMarkdown(oneLine(id)))
+		}
+	}
+	return strings.Join(names, ", ")
+}

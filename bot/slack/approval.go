@@ -1,0 +1,314 @@
+package slackbot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"unicode/utf8"
+
+	"github.com/slack-go/slack"
+
+	"github.com/agentbot/agentbot/agentflow"
+	"github.com/agentbot/agentbot/bot"
+)
+
+// In-chat approvals (issue 18): a shell command the model asked for waits
+// until the session's owner (or an admin) approves it. The Sender posts
+// an approval message (ApprovalBlocks) in the session's thread and edits
+// it when the approval is decided; a click on one of its buttons comes
+// back, as the person who clicked, as the command "approve <id>",
+// "approve <id> --all" or "deny <id>" in that thread. The adapter checks
+// nothing more than the ID's shape: who may answer is for the session
+// manager to say.
+
+// MaxApprovalID is the longest approval ID a button stands for, as the
+// grammar's (bot.MaxApprovalIDLen).
+const MaxApprovalID = 100
+
+// Words of the approval commands, as the grammar reads them.
+const (
+	approveVerb = "approve"
+	denyVerb    = "deny"
+	allOption   = "--all"
+)
+
+// Limits of an approval message.
+const (
+	// approvalBlockID names the actions block of an approval message.
+	approvalBlockID = "agent_approval"
+	// maxCommandRunes is the most of a command shown, before escaping.
+	maxCommandRunes = 2800
+	maxFindings     = 10
+	maxFindingRunes = 300
+	maxApprovers    = 10
+)
+
+// validApprovalID says id may stand in an approval command as the
+// grammar reads one (bot.Parse): 1 to MaxApprovalID ASCII letters, digits
+// and "_.:-", starting with a letter or digit — so no white space, quote
+// or option.
+func validApprovalID(id string) bool {
+	if id == "" || len(id) > MaxApprovalID || !isAlnum(id[0]) {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && !strings.ContainsRune("_.:-", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// approvalCommand is the command text of a click on an approval button
+// (ActionApprove, ActionApproveAll or ActionDeny) carrying id; "" when id
+// is no approval ID or the action is another.
+func approvalCommand(action, id string) string {
+	if !validApprovalID(id) {
+		return ""
+	}
+	switch action {
+	case ActionApprove:
+		return approveVerb + " " + id
+	case ActionApproveAll:
+		return approveVerb + " " + id + " " + allOption
+	case ActionDeny:
+		return denyVerb + " " + id
+	}
+	return ""
+}
+
+// deliverApproval posts m's approval message, or edits it to its new
+// state.
+func (s *Sender) deliverApproval(ctx context.Context, d *delivery, m agentflow.Outbound) error {
+	v := *m.Approval
+	if v.State == agentflow.ApprovalWaiting && !validApprovalID(v.ID) {
+		s.log.Warn("an approval ID no button can carry; the approval message has no buttons", "thread", m.Thread, "key", m.Key)
+	}
+	text := strings.TrimSpace(m.Text.Inline)
+	if text == "" {
+		text = approvalSummary(v)
+	}
+	return d.putBlocks(ctx, m.Key, s.links.Render(ctx, bot.Truncate(text, s.maxChunk)), ApprovalBlocks(v), true)
+}
+
+// approvalSummary is the text of an approval message for notifications,
+// when the workflow gave none.
+func approvalSummary(v agentflow.ApprovalView) string {
+	switch v.State {
+	case agentflow.ApprovalWaiting:
+		return "Approval needed: the agent wants to run a command."
+	case agentflow.ApprovalApproved:
+		return "The command was approved."
+	case agentflow.ApprovalDenied:
+		return "The command was denied."
+	case agentflow.ApprovalExpired:
+		return "Nobody answered: the command was not run."
+	case agentflow.ApprovalCancelled:
+		return "The turn was stopped: the command was not run."
+	}
+	return "Approval: " + v.State
+}
+
+// ApprovalBlocks renders an approval message: a section with the state
+// and the command in a code block, the findings that say why it needs
+// approval, a context line saying who must approve and when it expires
+// (or, once decided, who decided and when), and while it waits an actions
+// block with buttons Approve (ActionApprove), Approve all for this turn
+// (ActionApproveAll) and Deny (ActionDeny), whose value is v.ID. Every
+// block fits Slack's limits: a long command is cut.
+func ApprovalBlocks(v agentflow.ApprovalView) []slack.Block {
+	blocks := []slack.Block{
+		slack.NewSectionBlock(mrkdwn(commandSection(v)), nil, nil),
+	}
+	if why := findingsText(v); why != "" {
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(why), nil, nil))
+	}
+	blocks = append(blocks, slack.NewContextBlock("", mrkdwn(approvalContext(v))))
+	if v.State == agentflow.ApprovalWaiting && validApprovalID(v.ID) {
+		blocks = append(blocks, slack.NewActionBlock(approvalBlockID,
+			slack.NewButtonBlockElement(ActionApprove, v.ID, plain("Approve")).WithStyle(slack.StylePrimary),
+			slack.NewButtonBlockElement(ActionApproveAll, v.ID, plain("Approve all for this turn")),
+			slack.NewButtonBlockElement(ActionDeny, v.ID, plain("Deny")).WithStyle(slack.StyleDanger),
+		))
+	}
+	return blocks
+}
+
+func mrkdwn(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+}
+
+// commandSection is the headline and the command, cut until the section
+// fits Slack's 3,000 characters (escapes make the command longer).
+func commandSection(v agentflow.ApprovalView) string {
+	head := approvalHeadline(v)
+	cmd := v.Command
+	if strings.TrimSpace(cmd) == "" {
+		cmd = "(no command)"
+	}
+	var text string
+	for limit := maxCommandRunes; ; limit = limit * 3 / 4 {
+		text = head + "\n```\n" + codeText(Escape(bot.Truncate(cmd, limit))) + "\n```"
+		if utf8.RuneCountInString(text) <= maxSectionText || limit < 100 {
+			return text
+		}
+	}
+}
+
+// approvalHeadline is the first line of an approval message.
+func approvalHeadline(v agentflow.ApprovalView) string {
+	var h string
+	switch v.State {
+	case agentflow.ApprovalWaiting:
+		h = "🔐 *Approval needed*"
+	case agentflow.ApprovalApproved:
+		h = "✅ *Approved*"
+	case agentflow.ApprovalDenied:
+		h = "🚫 *Denied*"
+	case agentflow.ApprovalExpired:
+		h = "⌛ *Expired*"
+	case agentflow.ApprovalCancelled:
+		h = "⏹️ *Cancelled*"
+	default:
+		h = "• *" + Escape(oneLine(strings.ReplaceAll(v.State, "*", ""), 40)) + "*"
+	}
+	if v.Turn > 0 {
+		h += fmt.Sprintf(" · turn %d", v.Turn)
+	}
+	if v.State == agentflow.ApprovalWaiting {
+		return h + "\nThe agent wants to run this command:"
+	}
+	return h + "\nThe agent asked to run this command:"
+}
+
+// codeText keeps text inside a code block: Slack ends a block at the
+// first "```", so runs of backticks are broken with zero-width spaces
+// (the command reads the same).
+func codeText(s string) string {
+	for strings.Contains(s, "``") {
+		s = strings.ReplaceAll(s, "``", "`\u200b`")
+	}
+	return s
+}
+
+// findingsText lists why the command needs approval ("rule: reason"), at
+// most maxFindings of them; "" when there is nothing to say.
+func findingsText(v agentflow.ApprovalView) string {
+	if len(v.Findings) == 0 {
+		if v.Mode == agentflow.ApprovalAlways {
+			return "_This session asks before every shell command._"
+		}
+		return ""
+	}
+	var b strings.Builder
+	if v.State == agentflow.ApprovalWaiting {
+		b.WriteString("*Why it needs approval:*")
+	} else {
+		b.WriteString("*Why it needed approval:*")
+	}
+	for i, f := range v.Findings {
+		line := "\n• `" + strings.ReplaceAll(Escape(oneLine(f.Rule, 60)), "`", "'") + "`"
+		if r := oneLine(f.Reason, maxFindingRunes); r != "" {
+			line += ": " + Escape(r)
+		}
+		if i == maxFindings || b.Len()+len(line) > maxSectionText-100 {
+			fmt.Fprintf(&b, "\n• _… and %d more_", len(v.Findings)-i)
+			break
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+// approvalContext says who must approve and until when, or how the
+// approval was decided.
+func approvalContext(v agentflow.ApprovalView) string {
+	by := v.DecidedBy
+	switch v.State {
+	case agentflow.ApprovalWaiting:
+		s := "Needs an approval by the session's owner or an admin"
+		if v.Need > 1 {
+			s = fmt.Sprintf("Needs %d approvals by different people (the session's owner or admins)", v.Need)
+			if n := len(v.Approvers); n > 0 {
+				s += fmt.Sprintf("; %d so far: %s", n, people(v.Approvers))
+			}
+		}
+		if !v.Expires.IsZero() {
+			s += " · expires " + slackTime(v.Expires)
+		}
+		return s + "."
+	case agentflow.ApprovalApproved:
+		s := "Approved"
+		if len(v.Approvers) > 0 {
+			s += " by " + people(v.Approvers)
+		} else if by != "" {
+			s += " by " + people([]string{by})
+		}
+		s += at(v.DecidedAt)
+		if v.All {
+			s += ", with the rest of this turn's commands"
+		}
+		return s + "."
+	case agentflow.ApprovalDenied:
+		s := "Denied"
+		if by != "" {
+			s += " by " + people([]string{by})
+		}
+		return s + at(v.DecidedAt) + ". The command was not run."
+	case agentflow.ApprovalExpired:
+		when := v.DecidedAt
+		if when.IsZero() {
+			when = v.Expires
+		}
+		s := "Nobody answered"
+		if !when.IsZero() {
+			s += " by " + slackTime(when)
+		}
+		return s + ". The command was not run."
+	case agentflow.ApprovalCancelled:
+		s := "The turn was stopped"
+		if by != "" {
+			s += " by " + people([]string{by})
+		}
+		return s + at(v.DecidedAt) + " before an answer. The command was not run."
+	}
+	return "The command was not run."
+}
+
+// at is ", <time>", or "" for no time.
+func at(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return ", " + slackTime(t)
+}
+
+// slackTime shows t in the reader's time zone (a date token), with UTC as
+// the fallback.
+func slackTime(t time.Time) string {
+	return fmt.Sprintf("<!date^%d^{date_short_pretty} at {time}|%s>", t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// people names users: a Slack user ID as a mention, anything else as
+// text.
+func people(ids []string) string {
+	var names []string
+	for i, id := range ids {
+		if i == maxApprovers {
+			names = append(names, fmt.Sprintf("%d more", len(ids)-i))
+			break
+		}
+		if validChannel(id) {
+			names = append(names, "<@"+id+">")
+		} else {
+			names = append(names, Escape(oneLine(id, 80)))
+		}
+	}
+	return strings.Join(names, ", ")
+}
