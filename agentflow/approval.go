@@ -59,7 +59,7 @@ func (w *agent) approvalMode() string {
 	if p := w.Policy; p != nil {
 		mode = stricter(mode, p.Approvals)
 		if ch := threadChannel(w.ThreadKey); ch != "" {
-			mode = stricter(mode, p.ChannelApprovals[ch])
+			mode = stricter(mode, p.ChannelMode(ch))
 		}
 	}
 	return mode
@@ -169,7 +169,7 @@ func (w *agent) gate(ctx, turnCtx workflow.Context, turn int, c ToolCall, st *To
 		}
 	}
 	now := workflow.Now(ctx)
-	w.approval = &ApprovalView{ID: fmt.Sprintf("t%d-%s", turn, c.ID), Turn: turn, Command: cls.Command,
+	w.approval = &ApprovalView{ID: approvalID(turn, c.ID), Turn: turn, Command: cls.Command,
 		Findings: cls.Findings, Mode: mode, Need: need, Expires: now.Add(timeout), State: ApprovalWaiting}
 	defer func() { w.approval = nil }()
 	st.State = "approval"
@@ -201,6 +201,22 @@ func (w *agent) gate(ctx, turnCtx workflow.Context, turn int, c ToolCall, st *To
 			timeout, reasons(v)), ""
 	}
 	return "not run: the user stopped the turn", ""
+}
+
+// approvalID names the approval of call callID in turn: a word people can
+// type and buttons can carry (letters, digits, _ . : -, at most 64
+// bytes), whatever the model endpoint's call IDs hold.
+func approvalID(turn int, callID string) string {
+	id := []byte(fmt.Sprintf("t%d-%s", turn, callID))
+	for i, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
+			id[i] = '_'
+		}
+	}
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	return string(id)
 }
 
 func findingRules(fs []risk.Finding) []string {

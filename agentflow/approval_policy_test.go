@@ -1,6 +1,9 @@
 package agentflow
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestApprovalPolicyKeys: each approval key reads back as it was set, and
 // "none" clears it.
@@ -43,10 +46,29 @@ func TestApprovalModeStrictest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &agent{AgentState: AgentState{ThreadKey: tc.thread, ApprovalMode: tc.session,
-				Policy: &TenantPolicy{Approvals: tc.tenant, ChannelApprovals: map[string]string{"C1": tc.channel}}}}
+				Policy: &TenantPolicy{Approvals: tc.tenant, ChannelApprovals: []ChannelApproval{{Channel: "C1", Mode: tc.channel}}}}}
 			if got := w.approvalMode(); got != tc.want {
 				t.Fatalf("mode %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestApprovalID: an approval's ID is a word the grammar takes, whatever
+// the call ID holds.
+func TestApprovalID(t *testing.T) {
+	for _, tc := range []struct {
+		turn   int
+		callID string
+		want   string
+	}{
+		{3, "call_abc", "t3-call_abc"},
+		{1, "fc/12 x+y", "t1-fc_12_x_y"},
+		{2, "é", "t2-__"},
+		{9, strings.Repeat("a", 100), "t9-" + strings.Repeat("a", 61)},
+	} {
+		if got := approvalID(tc.turn, tc.callID); got != tc.want {
+			t.Errorf("approvalID(%d, %q) = %q, want %q", tc.turn, tc.callID, got, tc.want)
+		}
 	}
 }

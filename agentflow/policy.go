@@ -3,7 +3,6 @@ package agentflow
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,10 +40,10 @@ type TenantPolicy struct {
 	// worker's default model.
 	Models []string `json:"models,omitempty"`
 	// Approvals is the tenant's approval mode (ApprovalNever, "": never;
-	// ApprovalRisky; ApprovalAlways); ChannelApprovals a channel's (by
-	// channel ID), which can only be stricter.
+	// ApprovalRisky; ApprovalAlways); ChannelApprovals those of channels
+	// (sorted by channel; see ChannelMode), which can only be stricter.
 	Approvals        string            `json:"approvals,omitempty"`
-	ChannelApprovals map[string]string `json:"channel_approvals,omitempty"`
+	ChannelApprovals []ChannelApproval `json:"channel_approvals,omitempty"`
 	// ApprovalTimeout is how long a command waits for an answer (0:
 	// DefaultApprovalTimeout).
 	ApprovalTimeout time.Duration `json:"approval_timeout,omitempty"`
@@ -54,6 +53,22 @@ type TenantPolicy struct {
 	// ApprovalRulesOff the built-in rules (or patterns) it switched off.
 	ApprovalPatterns []risk.Pattern `json:"approval_patterns,omitempty"`
 	ApprovalRulesOff []string       `json:"approval_rules_off,omitempty"`
+}
+
+// ChannelApproval is a channel's approval mode.
+type ChannelApproval struct {
+	Channel string `json:"channel"`
+	Mode    string `json:"mode"`
+}
+
+// ChannelMode is channel's approval mode ("" when the policy names none).
+func (p TenantPolicy) ChannelMode(channel string) string {
+	for _, c := range p.ChannelApprovals {
+		if c.Channel == channel {
+			return c.Mode
+		}
+	}
+	return ""
 }
 
 // Policy keys, as the policy verbs name them.
@@ -145,20 +160,19 @@ func (p *TenantPolicy) Set(key, value string) error {
 		p.Approvals = value
 		return nil
 	case PolicyApprovalChannels:
-		m := map[string]string{}
+		var l []ChannelApproval
 		if value != "none" && value != "" {
 			for _, item := range strings.Split(value, ",") {
 				ch, mode, ok := strings.Cut(strings.TrimSpace(item), "=")
 				if !ok || !validName(ch) || !ValidApprovalMode(mode) {
 					return fmt.Errorf("%s: %q is not channel=mode (mode: never, risky or always)", key, item)
 				}
-				m[ch] = mode
+				l = slices.DeleteFunc(l, func(c ChannelApproval) bool { return c.Channel == ch })
+				l = append(l, ChannelApproval{Channel: ch, Mode: mode})
 			}
 		}
-		if len(m) == 0 {
-			m = nil
-		}
-		p.ChannelApprovals = m
+		slices.SortFunc(l, func(a, b ChannelApproval) int { return strings.Compare(a.Channel, b.Channel) })
+		p.ChannelApprovals = l
 		return nil
 	case PolicyApprovalTimeout:
 		if value == "none" || value == "" {
@@ -255,8 +269,8 @@ func (p TenantPolicy) Get(key string) string {
 		return p.Approvals
 	case PolicyApprovalChannels:
 		var items []string
-		for _, ch := range slices.Sorted(maps.Keys(p.ChannelApprovals)) {
-			items = append(items, ch+"="+p.ChannelApprovals[ch])
+		for _, c := range p.ChannelApprovals {
+			items = append(items, c.Channel+"="+c.Mode)
 		}
 		return list(items)
 	case PolicyApprovalTimeout:
@@ -379,7 +393,7 @@ func applyOverrides(configured TenantPolicy, overrides []PolicyOverride) TenantP
 	p.Admins = slices.Clone(configured.Admins)
 	p.Backends = slices.Clone(configured.Backends)
 	p.Models = slices.Clone(configured.Models)
-	p.ChannelApprovals = maps.Clone(configured.ChannelApprovals)
+	p.ChannelApprovals = slices.Clone(configured.ChannelApprovals)
 	p.ApprovalPatterns = slices.Clone(configured.ApprovalPatterns)
 	p.ApprovalRulesOff = slices.Clone(configured.ApprovalRulesOff)
 	for _, o := range overrides {
@@ -400,6 +414,6 @@ func (p TenantPolicy) equal(o TenantPolicy) bool {
 	return slices.Equal(p.Admins, o.Admins) && slices.Equal(p.Backends, o.Backends) && slices.Equal(p.Models, o.Models) &&
 		p.DefaultBackend == o.DefaultBackend && p.MaxSessions == o.MaxSessions && p.MaxSessionsPerUser == o.MaxSessionsPerUser &&
 		p.MaxRunningTurns == o.MaxRunningTurns && p.SessionTokens == o.SessionTokens && p.UserTokensPerDay == o.UserTokensPerDay &&
-		p.Approvals == o.Approvals && maps.Equal(p.ChannelApprovals, o.ChannelApprovals) && p.ApprovalTimeout == o.ApprovalTimeout &&
+		p.Approvals == o.Approvals && slices.Equal(p.ChannelApprovals, o.ChannelApprovals) && p.ApprovalTimeout == o.ApprovalTimeout &&
 		p.TwoPerson == o.TwoPerson && slices.Equal(p.ApprovalPatterns, o.ApprovalPatterns) && slices.Equal(p.ApprovalRulesOff, o.ApprovalRulesOff)
 }

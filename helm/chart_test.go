@@ -850,7 +850,7 @@ func TestEnvironmentLoads(t *testing.T) {
 				// The approval policy reaches both processes whole.
 				if c.name == "full" {
 					p := cfg.TenantPolicy()
-					if p.Approvals != "risky" || p.ChannelApprovals["C01"] != "always" || p.ApprovalTimeout != 15*time.Minute || !p.TwoPerson ||
+					if p.Approvals != "risky" || p.ChannelMode("C01") != "always" || p.ApprovalTimeout != 15*time.Minute || !p.TwoPerson ||
 						!slices.Equal(p.ApprovalRulesOff, []string{"git-push"}) || len(p.ApprovalPatterns) != 2 ||
 						p.ApprovalPatterns[0].Args != "apply*" || p.ApprovalPatterns[1].Command != "kubectl" || p.ApprovalPatterns[1].Args != "" {
 						t.Errorf("%s: the approval policy: %+v", comp, p)

@@ -291,7 +291,7 @@ func TestApprovalPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := c.TenantPolicy()
-	if p.Approvals != "risky" || p.ChannelApprovals["C1"] != "always" || p.ApprovalTimeout != 2*time.Minute || !p.TwoPerson ||
+	if p.Approvals != "risky" || p.ChannelMode("C1") != "always" || p.ApprovalTimeout != 2*time.Minute || !p.TwoPerson ||
 		len(p.ApprovalRulesOff) != 1 || len(p.ApprovalPatterns) != 1 || p.ApprovalPatterns[0].Command != "terraform" || p.ApprovalPatterns[0].Args != "apply*" {
 		t.Fatalf("policy: %+v", p)
 	}
