@@ -571,6 +571,14 @@ func approveArgs(cmd *Command, args []token) error {
 	return nil
 }
 
+// ValidApprovalID says id is an approval ID as Parse reads one: 1 to
+// MaxApprovalIDLen ASCII letters, digits and "_.:-", starting with a
+// letter or digit — so no white space, quote or option. Buttons that stand
+// for an approval command carry only such IDs.
+func ValidApprovalID(id string) bool {
+	return len(id) <= MaxApprovalIDLen && wordOf(id, isApprovalIDRune)
+}
+
 func isApprovalIDRune(r rune) bool {
 	return isASCIIAlnum(r) || strings.ContainsRune("_.:-", r)
 }

@@ -806,3 +806,19 @@ func checkNewFields(t *testing.T, text string, cmd bot.Command) {
 func isAlnum(r rune) bool {
 	return ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9')
 }
+
+// TestValidApprovalID: the IDs buttons may carry are exactly those Parse
+// reads back as the approval ID.
+func TestValidApprovalID(t *testing.T) {
+	for _, id := range []string{"t3-call_1", "a", "9.x:y-z", strings.Repeat("i", bot.MaxApprovalIDLen),
+		"--all", "-x", "_x", "t3 call", "t3\ncall", "é", strings.Repeat("i", bot.MaxApprovalIDLen+1), `"q"`} {
+		cmd, err := bot.Parse("approve "+id, nil)
+		parsed := err == nil && cmd.ApprovalID == id
+		if got := bot.ValidApprovalID(id); got != parsed {
+			t.Errorf("ValidApprovalID(%q) = %v, but Parse reads it back: %v (%+v, %v)", id, got, parsed, cmd, err)
+		}
+	}
+	if bot.ValidApprovalID("") {
+		t.Error(`ValidApprovalID("") is true: a button must name its approval`)
+	}
+}

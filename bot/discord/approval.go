@@ -24,7 +24,7 @@ import (
 
 // MaxApprovalID is the longest approval ID a click stands for, as the
 // grammar's (bot.MaxApprovalIDLen).
-const MaxApprovalID = 100
+const MaxApprovalID = bot.MaxApprovalIDLen
 
 // maxCustomID is Discord's limit on a component's custom ID.
 const maxCustomID = 100
@@ -43,33 +43,13 @@ const (
 	maxApprovers    = 10
 )
 
-// validApprovalID says id may stand in an approval command as the
-// grammar reads one (bot.Parse): 1 to MaxApprovalID ASCII letters, digits
-// and "_.:-", starting with a letter or digit — so no white space, quote
-// or option.
-func validApprovalID(id string) bool {
-	if id == "" || len(id) > MaxApprovalID || !isAlnum(id[0]) {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !isAlnum(c) && !strings.ContainsRune("_.:-", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
 // approvalCommand is the command text of a click on an approval button,
 // whose custom ID is a prefix (ActionApprove, ActionApproveAll,
 // ActionDeny), ':' and the approval's ID; "" for any other custom ID, or
 // an ID that is no approval ID.
 func approvalCommand(customID string) string {
 	action, id, ok := strings.Cut(customID, ":")
-	if !ok || !validApprovalID(id) {
+	if !ok || !bot.ValidApprovalID(id) {
 		return ""
 	}
 	switch action {
@@ -86,7 +66,7 @@ func approvalCommand(customID string) string {
 // approvalButtons are the buttons of an approval waiting for an answer;
 // nil when its ID cannot make custom IDs.
 func approvalButtons(id string) []discordgo.MessageComponent {
-	if !validApprovalID(id) || len(ActionApproveAll)+1+len(id) > maxCustomID {
+	if !bot.ValidApprovalID(id) || len(ActionApproveAll)+1+len(id) > maxCustomID {
 		return nil
 	}
 	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: []discordgo.MessageComponent{

@@ -208,7 +208,7 @@ func commandText(i *discordgo.Interaction) (string, bool) {
 			c.Page = num["page"]
 		case bot.VerbApprove, bot.VerbDeny:
 			c.All = c.Verb == bot.VerbApprove && flag["all"]
-			if id := opt["id"]; id != "" && !validApprovalID(id) {
+			if id := opt["id"]; id != "" && !bot.ValidApprovalID(id) {
 				// String writes a word like "--all" bare, which Parse
 				// would read as the option: quoted, it is refused as no
 				// approval ID.

@@ -25,7 +25,7 @@ import (
 
 // MaxApprovalID is the longest approval ID a button stands for, as the
 // grammar's (bot.MaxApprovalIDLen).
-const MaxApprovalID = 100
+const MaxApprovalID = bot.MaxApprovalIDLen
 
 // Words of the approval commands, as the grammar reads them.
 const (
@@ -45,31 +45,11 @@ const (
 	maxApprovers    = 10
 )
 
-// validApprovalID says id may stand in an approval command as the
-// grammar reads one (bot.Parse): 1 to MaxApprovalID ASCII letters, digits
-// and "_.:-", starting with a letter or digit — so no white space, quote
-// or option.
-func validApprovalID(id string) bool {
-	if id == "" || len(id) > MaxApprovalID || !isAlnum(id[0]) {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !isAlnum(c) && !strings.ContainsRune("_.:-", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
 // approvalCommand is the command text of a click on an approval button
 // (ActionApprove, ActionApproveAll or ActionDeny) carrying id; "" when id
 // is no approval ID or the action is another.
 func approvalCommand(action, id string) string {
-	if !validApprovalID(id) {
+	if !bot.ValidApprovalID(id) {
 		return ""
 	}
 	switch action {
@@ -87,7 +67,7 @@ func approvalCommand(action, id string) string {
 // state.
 func (s *Sender) deliverApproval(ctx context.Context, d *delivery, m agentflow.Outbound) error {
 	v := *m.Approval
-	if v.State == agentflow.ApprovalWaiting && !validApprovalID(v.ID) {
+	if v.State == agentflow.ApprovalWaiting && !bot.ValidApprovalID(v.ID) {
 		s.log.Warn("an approval ID no button can carry; the approval message has no buttons", "thread", m.Thread, "key", m.Key)
 	}
 	text := strings.TrimSpace(m.Text.Inline)
@@ -130,7 +110,7 @@ func ApprovalBlocks(v agentflow.ApprovalView) []slack.Block {
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(why), nil, nil))
 	}
 	blocks = append(blocks, slack.NewContextBlock("", mrkdwn(approvalContext(v))))
-	if v.State == agentflow.ApprovalWaiting && validApprovalID(v.ID) {
+	if v.State == agentflow.ApprovalWaiting && bot.ValidApprovalID(v.ID) {
 		blocks = append(blocks, slack.NewActionBlock(approvalBlockID,
 			slack.NewButtonBlockElement(ActionApprove, v.ID, plain("Approve")).WithStyle(slack.StylePrimary),
 			slack.NewButtonBlockElement(ActionApproveAll, v.ID, plain("Approve all for this turn")),
