@@ -27,15 +27,18 @@ func TestControlsActAsTheClicker(t *testing.T) {
 			}
 			// The owner writes in a thread; the bot answers with the
 			// session's status message and its controls.
-			root := e.fake.PostUserMessage(testChan, testUser, "a thread", "")
-			own := e.fake.PostUserMessage(testChan, testUser, "the owner's message", root)
+			// The answer is in place before the message is posted: over
+			// Socket Mode the event can be handled before PostUserMessage
+			// returns.
 			e.h.setAnswer(func(ctx context.Context, ev bot.Event, r bot.Replier) error {
-				if ev.MessageID != own {
+				if ev.Text != "the owner's message" {
 					return nil
 				}
 				v := agentflow.SessionView{ThreadKey: ev.ThreadKey, Title: "t", Backend: "local", Status: agentflow.StatusIdle, Requester: testUser}
 				return r.Reply(ctx, bot.Response{Text: "Session *t* on `local`.", Session: &v})
 			})
+			root := e.fake.PostUserMessage(testChan, testUser, "a thread", "")
+			own := e.fake.PostUserMessage(testChan, testUser, "the owner's message", root)
 			if ev := e.h.next(t); ev.User != testUser || ev.MessageID != own {
 				t.Fatalf("the owner's message: %+v", ev)
 			}
