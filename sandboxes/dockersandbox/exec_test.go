@@ -86,10 +86,13 @@ func TestDockerExecServerLikeDockerExec(t *testing.T) {
 	sh(t, classic, "mkdir -p sub/dir")
 
 	// The session and process group of the command's shell are its
-	// parent's, the wrapper's (1 would mean it leads them).
+	// parent's, the wrapper's (1 would mean it leads them). The shell's
+	// descriptors are listed by a child writing to a file, not into a
+	// pipe: while a pipeline starts the shell holds the pipe's end for a
+	// moment, and a listing that raced with it failed now and then.
 	const probe = `env | sort; echo "0=$0 #=$#"
 grep -E '^(Sig|Umask|Uid|Gid|Groups|NoNewPrivs|Cap)' /proc/$$/status
-ls -l /proc/$$/fd | sed -n 's/.*[0-9] \([0-9]* ->\)/\1/p'
+(ls -l /proc/$$/fd >/tmp/fds.$$); sed -n 's/.*[0-9] \([0-9]* ->\)/\1/p' /tmp/fds.$$; rm -f /tmp/fds.$$
 read -r _ _ _ ppid pgrp sid _ </proc/$$/stat
 echo "leads pgrp $(( pgrp == $$ )) session $(( sid == $$ )) parent leads $(( sid == ppid ))"
 pwd; umask; ulimit -n; cat /proc/$$/oom_score_adj; echo err >&2; exit 5`
