@@ -102,6 +102,21 @@ type SenderConfig struct {
 	// Meter counts the Web API calls (see bot.Metrics.ChatCall); nil
 	// counts nothing.
 	Meter metric.Meter
+	// SnippetOver is the length in characters of a fenced code block past
+	// which it is taken out of the answer and uploaded as a file snippet
+	// (default DefaultSnippetOver; negative never).
+	SnippetOver int
+	// MarkdownRetry is how long answers go as mrkdwn text after Slack
+	// refused a markdown block, before one is tried again (default
+	// DefaultMarkdownRetry).
+	MarkdownRetry time.Duration
+	// StatusEvery is how often a running turn's thread status is set again
+	// (assistant.threads.setStatus; Slack clears it after two minutes);
+	// default DefaultStatusEvery.
+	StatusEvery time.Duration
+	// StatusFor bounds how long a thread's status is kept up without news
+	// of the turn; default DefaultStatusFor.
+	StatusFor time.Duration
 }
 
 // Sender posts sessions' outbound messages to Slack threads. It
@@ -124,10 +139,15 @@ type Sender struct {
 	maxChunk    int
 	uploadOver  int
 	uploadLines int
+	snippetOver int
+	mdRetry     time.Duration
+	now         func() time.Time
+	status      *statusKeeper
 
-	mu     sync.Mutex
-	posted *bot.Recent[postedMsg] // outbound key (or "thread/"+requestID) → what was posted
-	locks  map[string]*keyLock
+	mu          sync.Mutex
+	mdRefusedAt time.Time              // when Slack last refused a markdown block
+	posted      *bot.Recent[postedMsg] // outbound key (or "thread/"+requestID) → what was posted
+	locks       map[string]*keyLock
 }
 
 // postedMsg is a message the Sender posted (or found it had posted).
@@ -160,6 +180,18 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.UploadLines == 0 {
 		cfg.UploadLines = DefaultUploadLines
 	}
+	if cfg.SnippetOver == 0 {
+		cfg.SnippetOver = DefaultSnippetOver
+	}
+	if cfg.MarkdownRetry == 0 {
+		cfg.MarkdownRetry = DefaultMarkdownRetry
+	}
+	if cfg.StatusEvery == 0 {
+		cfg.StatusEvery = DefaultStatusEvery
+	}
+	if cfg.StatusFor == 0 {
+		cfg.StatusFor = DefaultStatusFor
+	}
 	switch {
 	case cfg.MaxChunk < 200 || cfg.MaxChunk > maxMaxChunk:
 		return nil, fmt.Errorf("slack sender: MaxChunk must be between 200 and %d characters, not %d", maxMaxChunk, cfg.MaxChunk)
@@ -167,6 +199,12 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		return nil, fmt.Errorf("slack sender: UploadOver must not be negative, not %d", cfg.UploadOver)
 	case cfg.UploadLines < 0:
 		return nil, fmt.Errorf("slack sender: UploadLines must not be negative, not %d", cfg.UploadLines)
+	case cfg.MarkdownRetry < 0:
+		return nil, fmt.Errorf("slack sender: MarkdownRetry must not be negative, not %s", cfg.MarkdownRetry)
+	case cfg.StatusEvery < 0 || cfg.StatusEvery >= 2*time.Minute:
+		return nil, fmt.Errorf("slack sender: StatusEvery must be under Slack's 2 minutes, not %s", cfg.StatusEvery)
+	case cfg.StatusFor < 0:
+		return nil, fmt.Errorf("slack sender: StatusFor must not be negative, not %s", cfg.StatusFor)
 	}
 	opts := []slack.Option{}
 	if cfg.APIURL != "" {
@@ -193,6 +231,8 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	return &Sender{
 		api: api, token: cfg.BotToken, log: log, links: NewLinks(api, log),
 		maxChunk: cfg.MaxChunk, uploadOver: cfg.UploadOver, uploadLines: cfg.UploadLines,
+		snippetOver: cfg.SnippetOver, mdRetry: cfg.MarkdownRetry, now: time.Now,
+		status: newStatusKeeper(api, log, cfg.StatusEvery, cfg.StatusFor),
 		posted: bot.NewRecent[postedMsg](maxRemembered), locks: map[string]*keyLock{},
 	}, nil
 }
@@ -202,9 +242,17 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 //   - a progress message is one message per m.Key, posted once and then
 //     edited in place (chat.update); when deliveries of the same key
 //     overlap, the newest state wins and the ones it overtook return nil;
-//   - an answer is posted in parts of at most MaxChunk characters (code
-//     fences closed and reopened at the cuts), keyed m.Key+"/part-N"; a
-//     long one is uploaded as a file with a short preview message;
+//   - an answer is posted as standard Markdown in markdown blocks, one a
+//     message of at most 11,500 characters (code fences closed and
+//     reopened at the cuts), keyed m.Key+"/part-N"; where Slack refuses
+//     markdown blocks (remembered for MarkdownRetry) it is converted to
+//     mrkdwn and posted as text in parts of at most MaxChunk characters; a
+//     code block longer than SnippetOver is uploaded as a file snippet
+//     after the message, which names it; a long answer is uploaded as a
+//     file with a short preview message;
+//   - while a turn runs, its progress sets the thread's status ("is
+//     working…", see statusKeeper), cleared by the final progress or the
+//     answer;
 //   - a notice is one thread reply;
 //   - an approval is one message per m.Key in Block Kit (ApprovalBlocks):
 //     the command, why it needs approval and, while it waits, buttons
@@ -235,8 +283,13 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 			s.log.Debug("progress edit overtaken by a newer one", "thread", m.Thread, "key", m.Key)
 			return nil
 		}
-		return d.put(ctx, m.Key, renderProgress(m, s.maxChunk), true)
+		if err := d.put(ctx, m.Key, renderProgress(m, s.maxChunk), true); err != nil {
+			return err
+		}
+		s.status.progress(ctx, m, channel, threadTS)
+		return nil
 	case agentflow.OutboundAnswer:
+		defer s.status.answered(ctx, m.Thread, channel, threadTS)
 		return s.deliverAnswer(ctx, d, m)
 	case agentflow.OutboundApproval:
 		if m.Approval != nil {
@@ -263,15 +316,17 @@ func (s *Sender) deliverAnswer(ctx context.Context, d *delivery, m agentflow.Out
 		s.log.Debug("empty answer; nothing posted", "thread", m.Thread, "key", m.Key)
 		return nil
 	}
+	text, snips := takeSnippets(m, text, s.snippetOver)
+	var err error
 	if utf8.RuneCountInString(text) > s.uploadOver || strings.Count(text, "\n")+1 > s.uploadLines {
-		return s.uploadAnswer(ctx, d, m, text)
+		err = s.uploadAnswer(ctx, d, m, text)
+	} else {
+		err = s.postAnswer(ctx, d, m, text)
 	}
-	for i, part := range bot.Chunk(text, s.maxChunk) {
-		if err := d.put(ctx, partKey(m.Key, i+1), s.links.Render(ctx, part), false); err != nil {
-			return err
-		}
+	if err != nil {
+		return err
 	}
-	return nil
+	return s.uploadSnippets(ctx, d, m, snips)
 }
 
 // uploadAnswer posts a preview of a long answer (part 1) and uploads the
@@ -283,34 +338,11 @@ func (s *Sender) uploadAnswer(ctx context.Context, d *delivery, m agentflow.Outb
 	if err := d.put(ctx, partKey(m.Key, 1), s.links.Render(ctx, preview), false); err != nil {
 		return err
 	}
-	key := partKey(m.Key, 2)
-	name := fileName(m)
-	if _, ok := s.recall(key); ok {
-		return nil
-	}
-	if d.mustLookUp() {
-		if err := d.load(ctx); err != nil {
-			return err
-		}
-		if id, ok := d.files[name]; ok {
-			s.remember(key, postedMsg{channel: d.channel, fileID: id})
-			return nil
-		}
-	}
 	title := "Answer"
 	if m.Turn > 0 {
 		title = fmt.Sprintf("Answer to turn %d", m.Turn)
 	}
-	f, err := s.api.UploadFileContext(ctx, slack.UploadFileParameters{
-		Content: text, FileSize: len(text), Filename: name, Title: title,
-		Channel: d.channel, ThreadTimestamp: d.threadTS,
-	})
-	if err != nil {
-		return s.fail("files upload", err)
-	}
-	s.remember(key, postedMsg{channel: d.channel, fileID: f.ID})
-	s.log.Debug("answer uploaded as a file", "thread", m.Thread, "key", key, "file_id", f.ID)
-	return nil
+	return s.uploadFile(ctx, d, partKey(m.Key, 2), fileName(m), title, text)
 }
 
 // head returns the beginning of text for a preview: at most previewLines

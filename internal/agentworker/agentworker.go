@@ -180,6 +180,8 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("slack sender: %w", err)
 		}
+		// Its thread-status loops end with the worker.
+		wk.closer = append(wk.closer, func() error { sender.Close(); return nil })
 		chat[slackbot.Platform] = sender
 	}
 	if cfg.DiscordToken != "" && chat[discordbot.Platform] == nil {

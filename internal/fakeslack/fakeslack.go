@@ -280,6 +280,12 @@ type Server struct {
 	socketOut []*outbound
 
 	deliveries []Delivery
+
+	// Refusals and assistant threads (assistant.go).
+	refusedMethods map[string]string // method -> error code it answers
+	refusedBlocks  map[string]bool   // block types chat.* answer invalid_blocks for
+	statuses       map[msgKey]threadStatus
+	statusCalls    []StatusCall
 }
 
 type msgKey struct{ channel, ts string }

@@ -28,6 +28,8 @@ const (
 type apiError struct {
 	code   string
 	errors []string
+	// needed and provided are the scopes a missing_scope error names.
+	needed, provided string
 }
 
 func errCode(code string) *apiError { return &apiError{code: code} }
@@ -75,6 +77,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	} else {
 		limited = false
 	}
+	refusal := s.refusedMethods[method]
 	s.mu.Unlock()
 	if limited {
 		secs := int(math.Ceil(rl.retryAfter.Seconds()))
@@ -83,6 +86,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if refusal != "" {
+		writeAPIError(w, refusalError(method, refusal))
+		return
+	}
 	m, ok := apiMethods[method]
 	if !ok {
 		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "unknown_method", "req_method": method})
@@ -147,6 +154,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeAPIError(w http.ResponseWriter, e *apiError) {
 	out := map[string]any{"ok": false, "error": e.code}
+	if e.needed != "" {
+		out["needed"], out["provided"] = e.needed, e.provided
+	}
 	if len(e.errors) > 0 {
 		out["errors"] = e.errors
 		msgs := make([]string, len(e.errors))
@@ -376,6 +386,7 @@ func validateBlocks(raw json.RawMessage) *apiError {
 		problems = append(problems, fmt.Sprintf("must provide an array with no more than 50 items, got %d [json-pointer:/blocks]", len(blocks)))
 	}
 	ids := map[string]bool{}
+	markdownTotal := 0
 	for i, b := range blocks {
 		var typ, id string
 		_ = json.Unmarshal(b["type"], &typ)
@@ -422,6 +433,15 @@ func validateBlocks(raw json.RawMessage) *apiError {
 			if !hasText && len(fields) == 0 {
 				bad(i, "must provide either text or fields")
 			}
+		case "markdown":
+			n, hasText := markdownLen(b)
+			if !hasText {
+				bad(i, "missing required field: text")
+			}
+			if n > maxMarkdownRunes {
+				bad(i, "must be less than %d characters [json-pointer:/blocks/%d/text]", maxMarkdownRunes+1, i)
+			}
+			markdownTotal += n
 		case "header":
 			n, hasText := textLen("text")
 			if !hasText {
@@ -431,6 +451,9 @@ func validateBlocks(raw json.RawMessage) *apiError {
 				bad(i, "must be less than 151 characters [json-pointer:/blocks/%d/text/text]", i)
 			}
 		}
+	}
+	if markdownTotal > maxMarkdownRunes {
+		problems = append(problems, fmt.Sprintf("the markdown blocks of a message must total at most %d characters, not %d [json-pointer:/blocks]", maxMarkdownRunes, markdownTotal))
 	}
 	if len(problems) > 0 {
 		return &apiError{code: "invalid_blocks", errors: problems}
@@ -452,7 +475,7 @@ func (s *Server) chatPostMessage(p params) (map[string]any, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	c, aerr := readContent(p)
+	c, aerr := s.readChatContent(p)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -475,6 +498,10 @@ func (s *Server) chatPostMessage(p params) (map[string]any, *apiError) {
 		Text: c.text, Blocks: c.blocks, Attachments: c.attachments, Metadata: c.metadata,
 	}
 	s.addMessageLocked(m)
+	if threadTS != "" {
+		// Slack clears a thread's status when the app replies in it.
+		delete(s.statuses, msgKey{ch, threadTS})
+	}
 	wire := s.wireMessageLocked(m, true)
 	echo := s.botEchoLocked(m)
 	s.mu.Unlock()
@@ -487,7 +514,7 @@ func (s *Server) chatUpdate(p params) (map[string]any, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	c, aerr := readContent(p)
+	c, aerr := s.readChatContent(p)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -551,7 +578,7 @@ func (s *Server) chatPostEphemeral(p params) (map[string]any, *apiError) {
 	if user == "" {
 		return nil, errCode("user_not_found")
 	}
-	c, aerr := readContent(p)
+	c, aerr := s.readChatContent(p)
 	if aerr != nil {
 		return nil, aerr
 	}
