@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/bwmarrin/discordgo"
+
+	"github.com/agentbot/agentbot/agentflow"
 )
 
 // attachmentHosts serve Discord attachments; their URLs need no token.
@@ -20,6 +22,9 @@ var attachmentHosts = []string{"cdn.discordapp.com", "media.discordapp.net"}
 // attachment hosts, or on the host of the configured API and CDN
 // endpoints (discordgo.EndpointDiscord, EndpointCDN; a test's fake), are
 // fetched, so a message cannot make the worker fetch anything else. The
+// download goes through the Sender's HTTP client, so the proxy settings
+// of the REST calls apply. A file whose Content-Length exceeds
+// agentflow.MaxInboundFile is refused before its body is read. The
 // caller closes the body.
 func (s *Sender) Fetch(ctx context.Context, rawURL string) (io.ReadCloser, error) {
 	if err := allowedURL(rawURL); err != nil {
@@ -36,6 +41,12 @@ func (s *Sender) Fetch(ctx context.Context, rawURL string) (io.ReadCloser, error
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 		return nil, fmt.Errorf("downloading the shared file: HTTP %s", resp.Status)
+	}
+	// Said too large up front, it is not downloaded at all; a body longer
+	// than announced is cut by the importer at the same bound.
+	if resp.ContentLength > agentflow.MaxInboundFile {
+		resp.Body.Close()
+		return nil, fmt.Errorf("downloading the shared file: it is larger than %d MiB", agentflow.MaxInboundFile>>20)
 	}
 	return resp.Body, nil
 }

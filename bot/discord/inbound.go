@@ -512,6 +512,7 @@ func (r *messageReplier) Reply(ctx context.Context, resp bot.Response) error {
 		}
 		if i == len(parts)-1 {
 			send.Components = r.in.components(resp)
+			send.Embeds = statusEmbeds(resp)
 		}
 		err := callREST(ctx, "post reply", func(o ...discordgo.RequestOption) error {
 			_, err := r.in.dg.ChannelMessageSendComplex(r.channel, send, o...)

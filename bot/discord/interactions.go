@@ -358,8 +358,9 @@ func (r *interactionReplier) Reply(ctx context.Context, resp bot.Response) error
 	}
 	for n, part := range parts {
 		var c []discordgo.MessageComponent
+		var embeds []*discordgo.MessageEmbed
 		if n == len(parts)-1 {
-			c = comps
+			c, embeds = comps, statusEmbeds(resp)
 		}
 		content := part
 		var err error
@@ -369,11 +370,14 @@ func (r *interactionReplier) Reply(ctx context.Context, resp bot.Response) error
 				if c != nil {
 					edit.Components = &c
 				}
+				if embeds != nil {
+					edit.Embeds = &embeds
+				}
 				_, err := r.in.dg.InteractionResponseEdit(r.i, edit, o...)
 				return err
 			})
 		} else {
-			params := &discordgo.WebhookParams{Content: content, Components: c, AllowedMentions: noMentions()}
+			params := &discordgo.WebhookParams{Content: content, Components: c, Embeds: embeds, AllowedMentions: noMentions()}
 			if resp.Private || r.ephemeral {
 				params.Flags = discordgo.MessageFlagsEphemeral
 			}

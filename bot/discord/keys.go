@@ -14,9 +14,12 @@ const dmGuild = "@me"
 // ThreadKey names the Discord channel that holds a session:
 // "discord:<guild>:<id>". In Discord a thread (and a forum post) is a
 // channel, so a session of a whole text channel and a session of a thread
-// are keyed alike, by the channel's ID. A direct-message channel has the
-// guild "@me". The key is a pure function of the channel, so the session's
-// workflow ID is too.
+// are keyed alike, by the channel's ID; a forum post is a thread whose
+// parent is the forum. A direct-message channel has the guild "@me"
+// ("discord:@me:<dm channel>"): Discord keeps one DM channel per user and
+// bot, so the key names that user's private session, and the user is its
+// only tenant (no guild, no roles, no other member). The key is a pure
+// function of the channel, so the session's workflow ID is too.
 func ThreadKey(guild, channelOrThread string) string {
 	if guild == "" {
 		guild = dmGuild

@@ -174,6 +174,9 @@ type Channel struct {
 	// StarterMessageID is the message a thread was started from (the
 	// thread has the same ID, as in Discord); empty otherwise.
 	StarterMessageID string
+	// RecipientID is the user of a DM channel (ChannelDM), which has no
+	// GuildID.
+	RecipientID string
 }
 
 func (c Channel) isThread() bool { return c.Type >= 10 && c.Type <= 12 }

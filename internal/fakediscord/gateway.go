@@ -373,7 +373,12 @@ func (s *Server) dispatchMessageLocked(t string, m *Message) {
 		blank["content"] = ""
 		blank["embeds"], blank["attachments"], blank["components"] = []any{}, []any{}, []any{}
 	}
-	s.dispatchFuncLocked(t, IntentGuildMessages, func(sess *session) any {
+	intent := IntentGuildMessages
+	if s.isDMLocked(m.ChannelID) {
+		// Content in DMs with the app needs no MESSAGE_CONTENT.
+		intent, blank = IntentDirectMessages, full
+	}
+	s.dispatchFuncLocked(t, intent, func(sess *session) any {
 		if sess.intents&IntentMessageContent != 0 {
 			return full
 		}

@@ -165,6 +165,16 @@ func (s *Server) newInteractionLocked(typ int, channelID, userID string, roles [
 	}
 	if c, ok := s.channels[channelID]; ok {
 		w["channel"] = s.wireChannelLocked(c)
+		if c.Type == ChannelDM {
+			// In a DM there is no guild and no member: the user comes as
+			// "user", and the context is BOT_DM.
+			delete(w, "guild_id")
+			delete(w, "member")
+			delete(w, "guild_locale")
+			w["user"] = userObject(userID)
+			w["context"] = 1
+			w["authorizing_integration_owners"] = map[string]any{"1": userID}
+		}
 	}
 	if m != nil {
 		ir.messageID = m.ID

@@ -85,6 +85,7 @@ func (s *Server) routes() http.Handler {
 	api("GET", "/gateway", false, s.getGateway)
 	api("GET", "/gateway/bot", true, s.getGatewayBot)
 	api("GET", "/users/@me", true, s.getMe)
+	api("POST", "/users/@me/channels", true, s.createDM)
 	api("GET", "/channels/{channel}", true, s.getChannel)
 	api("PATCH", "/channels/{channel}", true, s.patchChannel)
 	api("POST", "/channels/{channel}/typing", true, s.typing)
@@ -444,6 +445,9 @@ func (s *Server) typing(r *http.Request) (int, any, *apiErr) {
 }
 
 func (s *Server) wireChannelLocked(c *Channel) map[string]any {
+	if c.Type == ChannelDM {
+		return s.wireDMLocked(c)
+	}
 	out := map[string]any{"id": c.ID, "type": c.Type, "guild_id": c.GuildID, "name": c.Name,
 		"flags": 0, "rate_limit_per_user": 0}
 	if c.isThread() {
@@ -476,7 +480,7 @@ func (s *Server) wireMessageLocked(m *Message) map[string]any {
 	}
 	atts := make([]map[string]any, len(m.Attachments))
 	for i, a := range m.Attachments {
-		u := s.srv.URL + "/attachments/" + m.ChannelID + "/" + a.ID + "/" + a.Filename
+		u := s.attachmentURLLocked(m.ChannelID, a)
 		atts[i] = map[string]any{"id": a.ID, "filename": a.Filename, "size": len(a.Content),
 			"url": u, "proxy_url": u, "content_type": a.ContentType}
 	}
@@ -504,6 +508,15 @@ func (s *Server) wireMessageLocked(m *Message) map[string]any {
 	}
 	if m.ReferenceID != "" {
 		out["message_reference"] = map[string]any{"message_id": m.ReferenceID, "channel_id": m.ChannelID, "guild_id": s.opts.GuildID}
+	}
+	if s.isDMLocked(m.ChannelID) {
+		// A DM is in no guild: its messages have no guild_id and no
+		// member, as Discord sends them.
+		delete(out, "guild_id")
+		delete(out, "member")
+		if ref, ok := out["message_reference"].(map[string]any); ok {
+			delete(ref, "guild_id")
+		}
 	}
 	if m.InteractionID != "" {
 		out["webhook_id"] = s.opts.AppID
@@ -602,8 +615,12 @@ func (s *Server) postMessage(r *http.Request) (int, any, *apiErr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ch := r.PathValue("channel")
-	if _, ok := s.channels[ch]; !ok {
+	c, ok := s.channels[ch]
+	if !ok {
 		return 0, nil, errUnknownChannel
+	}
+	if c.Type == ChannelForum {
+		return 0, nil, errNonText // a forum takes posts (threads), not messages
 	}
 	if p.MessageReference != nil && p.MessageReference.MessageID != "" {
 		if ref, ok := s.msgs[p.MessageReference.MessageID]; !ok || ref.ChannelID != ch {
@@ -761,14 +778,19 @@ type threadPayload struct {
 	Name                string `json:"name"`
 	Type                *int   `json:"type"`
 	AutoArchiveDuration int    `json:"auto_archive_duration"`
+	// Message is a forum post's starter message.
+	Message json.RawMessage `json:"message"`
+
+	files []Attachment // a forum post's uploads
 }
 
 func readThreadPayload(r *http.Request) (threadPayload, *apiErr) {
 	var p threadPayload
-	raw, _, e := readBody(r)
+	raw, files, e := readBody(r)
 	if e != nil {
 		return p, e
 	}
+	p.files = files
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return p, formErr("MODEL_TYPE_CONVERT", "Invalid payload", "name")
 	}
@@ -786,12 +808,19 @@ func readThreadPayload(r *http.Request) (threadPayload, *apiErr) {
 }
 
 // startThread is "Start Thread without Message". As in API v9/v10, type
-// defaults to a private thread.
+// defaults to a private thread. In a forum it is "Start Thread in Forum
+// or Media Channel" (see forumPostLocked).
 func (s *Server) startThread(r *http.Request) (int, any, *apiErr) {
 	p, e := readThreadPayload(r)
 	if e != nil {
 		return 0, nil, e
 	}
+	s.mu.Lock()
+	if parent, ok := s.channels[r.PathValue("channel")]; ok && parent.Type == ChannelForum {
+		defer s.mu.Unlock()
+		return s.forumPostLocked(parent, p, p.files)
+	}
+	s.mu.Unlock()
 	typ := ChannelPrivateThread
 	if p.Type != nil {
 		typ = *p.Type
@@ -858,12 +887,18 @@ func (s *Server) startMessageThread(r *http.Request) (int, any, *apiErr) {
 func (s *Server) serveAttachment(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.attachmentValid(r, r.PathValue("channel"), r.PathValue("id"), r.PathValue("name")) {
+		http.Error(w, "This content is no longer available.", http.StatusNotFound)
+		return
+	}
 	for _, m := range s.chanMsgs[r.PathValue("channel")] {
 		for _, a := range m.Attachments {
 			if a.ID == r.PathValue("id") && a.Filename == r.PathValue("name") {
 				if a.ContentType != "" {
 					w.Header().Set("Content-Type", a.ContentType)
 				}
+				// The CDN says the length, as Discord's does.
+				w.Header().Set("Content-Length", strconv.Itoa(len(a.Content)))
 				_, _ = w.Write(a.Content)
 				return
 			}
