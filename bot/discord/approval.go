@@ -98,7 +98,7 @@ func renderApproval(v agentflow.ApprovalView) (string, []discordgo.MessageCompon
 	if why := findingsText(v); why != "" {
 		tail += "\n" + why
 	}
-	tail += "\n" + approvalContext(v) + hint
+	tail += "\n" + bot.ApprovalOutcome(v, approvalStyle) + hint
 	cmd := v.Command
 	if strings.TrimSpace(cmd) == "" {
 		cmd = "(no command)"
@@ -190,68 +190,13 @@ func findingsText(v agentflow.ApprovalView) string {
 	return b.String()
 }
 
-// approvalContext says who must approve and until when, or how the
-// approval was decided.
-func approvalContext(v agentflow.ApprovalView) string {
-	by := v.DecidedBy
-	switch v.State {
-	case agentflow.ApprovalWaiting:
-		s := "Needs an approval by the session's owner or an admin"
-		if v.Need > 1 {
-			s = fmt.Sprintf("Needs %d approvals by different people (the session's owner or admins)", v.Need)
-			if n := len(v.Approvers); n > 0 {
-				s += fmt.Sprintf("; %d so far: %s", n, people(v.Approvers))
-			}
-		}
-		if !v.Expires.IsZero() {
-			s += " · expires " + discordTime(v.Expires, "R")
-		}
-		return s + "."
-	case agentflow.ApprovalApproved:
-		s := "Approved"
-		if len(v.Approvers) > 0 {
-			s += " by " + people(v.Approvers)
-		} else if by != "" {
-			s += " by " + people([]string{by})
-		}
-		s += at(v.DecidedAt)
-		if v.All {
-			s += ", with the rest of this turn's commands"
-		}
-		return s + "."
-	case agentflow.ApprovalDenied:
-		s := "Denied"
-		if by != "" {
-			s += " by " + people([]string{by})
-		}
-		return s + at(v.DecidedAt) + ". The command was not run."
-	case agentflow.ApprovalExpired:
-		when := v.DecidedAt
-		if when.IsZero() {
-			when = v.Expires
-		}
-		s := "Nobody answered"
-		if !when.IsZero() {
-			s += " by " + discordTime(when, "f")
-		}
-		return s + ". The command was not run."
-	case agentflow.ApprovalCancelled:
-		s := "The turn was stopped"
-		if by != "" {
-			s += " by " + people([]string{by})
-		}
-		return s + at(v.DecidedAt) + " before an answer. The command was not run."
+// approvalStyle writes the people and times of bot.ApprovalOutcome.
+var approvalStyle = bot.ApprovalStyle{People: people, Time: func(t time.Time, due bool) string {
+	if due {
+		return discordTime(t, "R")
 	}
-	return "The command was not run."
-}
-
-// at is ", <time>", or "" for no time.
-func at(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return ", " + discordTime(t, "f")
-}
+	return discordTime(t, "f")
+}}
 
 // discordTime is a timestamp Discord shows in the reader's time zone, in
 // style ("R": relative, "f": date and time).

@@ -109,7 +109,7 @@ func ApprovalBlocks(v agentflow.ApprovalView) []slack.Block {
 	if why := findingsText(v); why != "" {
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(why), nil, nil))
 	}
-	blocks = append(blocks, slack.NewContextBlock("", mrkdwn(approvalContext(v))))
+	blocks = append(blocks, slack.NewContextBlock("", mrkdwn(bot.ApprovalOutcome(v, approvalStyle))))
 	if v.State == agentflow.ApprovalWaiting && bot.ValidApprovalID(v.ID) {
 		blocks = append(blocks, slack.NewActionBlock(approvalBlockID,
 			slack.NewButtonBlockElement(ActionApprove, v.ID, plain("Approve")).WithStyle(slack.StylePrimary),
@@ -206,68 +206,8 @@ func findingsText(v agentflow.ApprovalView) string {
 	return b.String()
 }
 
-// approvalContext says who must approve and until when, or how the
-// approval was decided.
-func approvalContext(v agentflow.ApprovalView) string {
-	by := v.DecidedBy
-	switch v.State {
-	case agentflow.ApprovalWaiting:
-		s := "Needs an approval by the session's owner or an admin"
-		if v.Need > 1 {
-			s = fmt.Sprintf("Needs %d approvals by different people (the session's owner or admins)", v.Need)
-			if n := len(v.Approvers); n > 0 {
-				s += fmt.Sprintf("; %d so far: %s", n, people(v.Approvers))
-			}
-		}
-		if !v.Expires.IsZero() {
-			s += " · expires " + slackTime(v.Expires)
-		}
-		return s + "."
-	case agentflow.ApprovalApproved:
-		s := "Approved"
-		if len(v.Approvers) > 0 {
-			s += " by " + people(v.Approvers)
-		} else if by != "" {
-			s += " by " + people([]string{by})
-		}
-		s += at(v.DecidedAt)
-		if v.All {
-			s += ", with the rest of this turn's commands"
-		}
-		return s + "."
-	case agentflow.ApprovalDenied:
-		s := "Denied"
-		if by != "" {
-			s += " by " + people([]string{by})
-		}
-		return s + at(v.DecidedAt) + ". The command was not run."
-	case agentflow.ApprovalExpired:
-		when := v.DecidedAt
-		if when.IsZero() {
-			when = v.Expires
-		}
-		s := "Nobody answered"
-		if !when.IsZero() {
-			s += " by " + slackTime(when)
-		}
-		return s + ". The command was not run."
-	case agentflow.ApprovalCancelled:
-		s := "The turn was stopped"
-		if by != "" {
-			s += " by " + people([]string{by})
-		}
-		return s + at(v.DecidedAt) + " before an answer. The command was not run."
-	}
-	return "The command was not run."
-}
-
-// at is ", <time>", or "" for no time.
-func at(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return ", " + slackTime(t)
-}
+// approvalStyle writes the people and times of bot.ApprovalOutcome.
+var approvalStyle = bot.ApprovalStyle{People: people, Time: func(t time.Time, _ bool) string { return slackTime(t) }}
 
 // slackTime shows t in the reader's time zone (a date token), with UTC as
 // the fallback.
