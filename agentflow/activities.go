@@ -90,6 +90,11 @@ type Activities struct {
 	// from the tracing interceptor of the worker's client: without one,
 	// nothing is traced.
 	TraceContent bool
+	// StreamAnswers shows answers while the model writes them, where the
+	// Model streams (StreamingModel) and the thread's ChatSender is an
+	// AnswerStreamer; otherwise, or off, an answer appears whole at the
+	// end of its turn.
+	StreamAnswers bool
 
 	insOnce sync.Once
 	ins     *instruments

@@ -149,6 +149,9 @@ type ModelStepInput struct {
 	FinalOnly bool `json:"final_only,omitempty"`
 	// Model is the session's model; empty: the worker's default.
 	Model string `json:"model,omitempty"`
+	// User is the platform ID of the person the turn answers, for a
+	// streamed answer (StreamTarget.User).
+	User string `json:"user,omitempty"`
 }
 
 // ModelStepResult is the model's reply, recorded in a new transcript
@@ -177,6 +180,17 @@ const (
 	// no text. Platforms whose threads have names rename the thread;
 	// others ignore it.
 	OutboundTitle OutboundKind = "title"
+	// OutboundLifecycle says the session was paused or destroyed
+	// (Outbound.Lifecycle), whoever asked and whether or not a notice was
+	// posted; it has no text. Platforms that show an agent session's state
+	// (Slack's agent sessions, its App Home) update it; others ignore it.
+	OutboundLifecycle OutboundKind = "lifecycle"
+)
+
+// Lifecycle states of an OutboundLifecycle message.
+const (
+	LifecyclePaused    = "paused"
+	LifecycleDestroyed = "destroyed"
 )
 
 // Outbound is one message for a chat thread, posted by the Deliver
@@ -204,6 +218,9 @@ type Outbound struct {
 	// terminal of the embedded default) learns from them that a message
 	// was answered, with no query.
 	MessageIDs []string `json:"message_ids,omitempty"`
+	// Lifecycle is, on an OutboundLifecycle message, LifecyclePaused or
+	// LifecycleDestroyed.
+	Lifecycle string `json:"lifecycle,omitempty"`
 }
 
 // ImportInput asks for shared files to be copied into a sandbox.

@@ -729,12 +729,23 @@ func (w *agent) pause(ctx workflow.Context) (SessionView, error) {
 		}
 	}
 	w.Paused = true
+	w.lifecycle(ctx, LifecyclePaused)
 	// Let a waiting turn start while the registry learns of the pause.
 	w.lock.release(holder)
 	if err := w.report(ctx, ManagerUpdateSwitch); err != nil {
 		w.logger.Warn("reporting the pause to the session manager failed", "error", err)
 	}
 	return w.view(), nil
+}
+
+// lifecycle tells the chat that the session is now paused or destroyed
+// (OutboundLifecycle), in sessions that reached changeLifecycleOutbound.
+func (w *agent) lifecycle(ctx workflow.Context, state string) {
+	if workflow.GetVersion(ctx, changeLifecycleOutbound, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	w.deliver(ctx, Outbound{Kind: OutboundLifecycle, Lifecycle: state, Turn: w.Turn,
+		Key: fmt.Sprintf("%s/lifecycle/%s/%d", w.workflowID, state, w.Turn)})
 }
 
 func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, error) {
@@ -771,6 +782,7 @@ func (w *agent) onDestroy(ctx workflow.Context, r DestroyRequest) (SessionView, 
 		text := "Destroyed: the sandbox and the session's data are deleted."
 		w.deliver(ctx, Outbound{Kind: OutboundNotice, Turn: w.Turn, Key: w.workflowID + "/destroyed", Text: Text{Inline: text, Size: len(text)}})
 	}
+	w.lifecycle(ctx, LifecycleDestroyed)
 	if err := w.report(ctx, ManagerUpdateDestroy); err != nil {
 		w.logger.Warn("reporting the destroy to the session manager failed", "error", err)
 	}
@@ -1202,7 +1214,7 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		var a *Activities
 		err := workflow.ExecuteActivity(modelCtx(turnCtx), a.ModelStep, ModelStepInput{
 			SessionID: w.workflowID, Turn: turn, Step: step, Transcript: w.Transcript, Append: appendMsgs,
-			Backend: w.Backend, Root: w.Sandbox.Root, FinalOnly: step >= w.Options.MaxSteps, Model: model,
+			Backend: w.Backend, Root: w.Sandbox.Root, FinalOnly: step >= w.Options.MaxSteps, Model: model, User: user,
 		}).Get(turnCtx, &out)
 		if err != nil {
 			if !stopped() {

@@ -619,6 +619,11 @@ const (
 	// (UpdateApprove) or for its time to run out. Only sessions whose mode
 	// is not "never" reach it.
 	changeApprovals = "approvals"
+	// changeLifecycleOutbound: a pause and a destroy are told to the chat
+	// as an OutboundLifecycle message (no text), whoever asked, so that a
+	// platform showing the session's state (Slack's agent sessions and App
+	// Home) follows it.
+	changeLifecycleOutbound = "lifecycle-outbound"
 )
 
 // MemoSession is the memo field of an AgentWorkflow that holds its

@@ -84,7 +84,17 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 	// endpoint's ID twice; renaming the later one heals them.
 	taken := uniqueCallIDs(msgs)
 	began := time.Now()
-	resp, err := a.complete(ctx, in, msgs)
+	st := a.newAnswerStream(ctx, in)
+	answered := false // the step ends with an answer, not tool calls
+	defer func() {
+		// A failed step (a retry asks again) or one that called tools
+		// takes back what was shown; an answer stays for its delivery.
+		// Secrets are replaced already: reply was walked.
+		if st != nil {
+			st.finish(err == nil && answered, st.answer)
+		}
+	}()
+	resp, err := a.complete(ctx, in, msgs, st)
 	a.recordModel(ctx, began, resp.Usage, err)
 	if err != nil {
 		if llm.IsPermanent(err) {
@@ -175,6 +185,10 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 		if err != nil {
 			return ModelStepResult{}, err
 		}
+		answered = strings.TrimSpace(reply.Content) != ""
+		if st != nil {
+			st.answer = reply.Content
+		}
 	}
 	return out, nil
 }
@@ -185,7 +199,7 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 // the model's window), it asks again with the conversation compacted
 // harder, each time smaller, up to maxFitAttempts times; only then is the
 // error returned. Every attempt keeps each tool call with its result.
-func (a *Activities) complete(ctx context.Context, in ModelStepInput, msgs []llm.Message) (llm.Response, error) {
+func (a *Activities) complete(ctx context.Context, in ModelStepInput, msgs []llm.Message, st *answerStream) (llm.Response, error) {
 	budget := a.contextChars()
 	convo := compact(msgs, budget)
 	if size(convo) > budget {
@@ -195,7 +209,17 @@ func (a *Activities) complete(ctx context.Context, in ModelStepInput, msgs []llm
 	}
 	for attempt := 1; ; attempt++ {
 		req := a.request(in, convo)
-		resp, err := a.Model.Complete(ctx, req)
+		var (
+			resp llm.Response
+			err  error
+		)
+		if st != nil {
+			// Only a refusal before any text (a context overflow is
+			// one) asks again, so a retry never streams twice.
+			resp, err = a.Model.(StreamingModel).Stream(ctx, req, st.text)
+		} else {
+			resp, err = a.Model.Complete(ctx, req)
+		}
 		if err == nil || !errors.Is(err, llm.ErrContextLength) || attempt > maxFitAttempts {
 			return resp, err
 		}

@@ -38,6 +38,7 @@ type Redactor struct {
 	// the whole form when it is shorter.
 	needles  []string
 	replacer *strings.Replacer
+	longest  int // bytes of the longest string replaced
 }
 
 // New returns a Redactor of the given secret values; values shorter than
@@ -83,7 +84,8 @@ func New(secrets ...string) *Redactor {
 	for _, o := range olds {
 		pairs = append(pairs, o, Placeholder)
 	}
-	return &Redactor{needles: slices.Compact(slices.Sorted(slices.Values(needles))), replacer: strings.NewReplacer(pairs...)}
+	return &Redactor{needles: slices.Compact(slices.Sorted(slices.Values(needles))), replacer: strings.NewReplacer(pairs...),
+		longest: len(olds[0])}
 }
 
 // jsonForm returns s as it appears between the quotes of a JSON string.
@@ -98,6 +100,18 @@ func jsonForm(s string, escapeHTML bool) string {
 
 // Empty reports whether r knows no secret.
 func (r *Redactor) Empty() bool { return r == nil || len(r.needles) == 0 }
+
+// Longest returns the length in bytes of the longest text String replaces
+// (0 for an empty Redactor). Text that grows at its end, such as a
+// streamed answer, changes under String only in its last Longest bytes
+// and, where a replacement is made there, the Placeholder: a prefix that
+// leaves out that many bytes is final.
+func (r *Redactor) Longest() int {
+	if r == nil {
+		return 0
+	}
+	return r.longest
+}
 
 // Contains reports whether s holds a known secret, or a piece of one that
 // String replaces.
