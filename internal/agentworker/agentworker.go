@@ -196,7 +196,8 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		Sandboxes: wk.Registry, Blobs: blobs, Model: model, ModelName: cfg.Model,
 		Chat: chat, Temporal: tc, Logger: logger, ContextChars: cfg.ContextChars,
 		Secrets: cfg.Secrets, TraceContent: opts.Tracing.Content(), Meter: opts.Meter,
-		Policy: cfg.TenantPolicy(),
+		StreamAnswers: cfg.StreamAnswers,
+		Policy:        cfg.TenantPolicy(),
 	}
 	// On Stop the worker stops polling at once and lets what runs finish
 	// within the drain period: a deploy does not cancel a shell command

@@ -71,6 +71,9 @@ type Config struct {
 	// not answered by then is abandoned and retried. It stays under
 	// agentflow.ModelStepTimeout.
 	ModelTimeout time.Duration
+	// StreamAnswers shows answers while the model writes them where the
+	// chat can (Slack); false posts them whole at the end of the turn.
+	StreamAnswers bool
 
 	// Sandboxes. DefaultBackend is the backend of new sessions: when
 	// AGENTBOT_DEFAULT_BACKEND is unset, local, or (local being off) docker
@@ -219,6 +222,7 @@ var Vars = []Var{
 	{"AGENTBOT_MODEL", "gpt-4.1-mini", "model name"},
 	{"AGENTBOT_MODEL_API", "chat", "chat (Chat Completions) or responses (Responses API)"},
 	{"AGENTBOT_CONTEXT_CHARS", "300000", "context budget in characters; older turns are left out past it"},
+	{"AGENTBOT_STREAM_ANSWERS", "true", "worker: true streams answers into the chat as the model writes them, where the platform can (Slack's chat streaming, else a message edited at most once a second); false posts each answer whole at the end of its turn"},
 	{"AGENTBOT_MODEL_TIMEOUT", "4m", "worker: how long one model call may take before it is abandoned and retried (under 5m, the model step's limit)"},
 	{"AGENTBOT_DEFAULT_BACKEND", "local (serving Slack or Discord: docker, else the first enabled backend)", "backend of new sessions"},
 	{"AGENTBOT_BACKENDS", "(every available one)", "comma-separated backends to enable"},
@@ -347,8 +351,12 @@ func Load(environ []string) (Config, error) {
 	}
 	// Switches of what is unsafe take only true or false: a typo must
 	// not pass for either.
-	boolean := func(k string) bool {
-		switch s := get(k, "false"); s {
+	boolean := func(k string, def ...bool) bool {
+		d := "false"
+		if len(def) > 0 && def[0] {
+			d = "true"
+		}
+		switch s := get(k, d); s {
 		case "true":
 			return true
 		case "false":
@@ -388,6 +396,7 @@ func Load(environ []string) (Config, error) {
 		ModelAPI:           get("AGENTBOT_MODEL_API", "chat"),
 		ContextChars:       int(num("AGENTBOT_CONTEXT_CHARS", 300_000)),
 		ModelTimeout:       dur("AGENTBOT_MODEL_TIMEOUT", DefaultModelTimeout),
+		StreamAnswers:      boolean("AGENTBOT_STREAM_ANSWERS", true),
 		DefaultBackend:     get("AGENTBOT_DEFAULT_BACKEND", ""),
 		UnsafeLocal:        boolean("AGENTBOT_UNSAFE_LOCAL"),
 		DockerImage:        get("AGENTBOT_DOCKER_IMAGE", "agentbot-sandbox:latest"),

@@ -308,6 +308,9 @@ AGENTBOT_CONTEXT_CHARS: {{ $v.model.contextChars | toString | quote }}
 {{- with $v.model.timeout }}
 AGENTBOT_MODEL_TIMEOUT: {{ . | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" $v.model.streamAnswers) }}
+AGENTBOT_STREAM_ANSWERS: {{ $v.model.streamAnswers | toString | quote }}
+{{- end }}
 {{- with $v.reaper.interval }}
 AGENTBOT_REAP_INTERVAL: {{ . | quote }}
 {{- end }}
