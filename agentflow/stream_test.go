@@ -22,10 +22,9 @@ import (
 // records every stream.
 type streamRecorder struct {
 	agentflow.ChatSender
-	mu       sync.Mutex
-	streams  []*recordedStream
-	answers  []agentflow.Outbound
-	failOpen bool
+	mu      sync.Mutex
+	streams []*recordedStream
+	answers []agentflow.Outbound
 }
 
 type recordedStream struct {

@@ -72,13 +72,13 @@ func decodeChat(body []byte) (Call, *HTTPError) {
 	if req.Model == "" {
 		return Call{}, invalidRequest("model", "", "you must provide a model parameter")
 	}
-	if req.Stream {
-		return Call{}, invalidRequest("stream", "unsupported_value", "This fake server does not stream; send stream=false.")
+	if _, herr := decodeStreamOptions(body, req.Stream, chatStreamKeys); herr != nil {
+		return Call{}, herr
 	}
 	if len(req.Messages) == 0 {
 		return Call{}, invalidRequest("messages", "empty_array", "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.")
 	}
-	call := Call{API: APIChat, Model: req.Model, MaxOutputTokens: req.MaxCompletionTokens}
+	call := Call{API: APIChat, Model: req.Model, MaxOutputTokens: req.MaxCompletionTokens, Stream: req.Stream}
 	if call.MaxOutputTokens == 0 {
 		call.MaxOutputTokens = req.MaxTokens
 	}

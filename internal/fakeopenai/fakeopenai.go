@@ -1,8 +1,9 @@
 // Package fakeopenai is an OpenAI-compatible HTTP server for tests and
 // offline demos. It speaks the real wire protocol of the two endpoints the
-// agent uses, non-streaming: Chat Completions (POST /v1/chat/completions) and
-// the Responses API (POST /v1/responses), also without the /v1 prefix. Errors
-// use OpenAI's envelope: {"error":{"message","type","param","code"}}.
+// agent uses: Chat Completions (POST /v1/chat/completions) and the Responses
+// API (POST /v1/responses), also without the /v1 prefix, each streamed
+// ("stream": true, server-sent events; see Streaming) or not. Errors use
+// OpenAI's envelope: {"error":{"message","type","param","code"}}.
 //
 // It checks requests as the real API does (a model, a non-empty
 // conversation, each tool result answering an earlier tool call, unique tool
@@ -80,6 +81,13 @@ type Options struct {
 	// IDs of the calls that a long conversation already holds: a client
 	// must not rely on the endpoint's IDs being unique in a conversation.
 	SequentialIDs bool
+	// StreamChunk is how many characters (runes) of text, or of a tool
+	// call's arguments, each delta of a streamed answer carries; 0 means
+	// 4, about a token.
+	StreamChunk int
+	// StreamDelay is a pause before each event of a streamed answer after
+	// the first, unless the reply's Streaming.Delay says otherwise.
+	StreamDelay time.Duration
 }
 
 // RecordedRequest is a request the server received, as it was decoded.
@@ -268,6 +276,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if herr := checkReply(call, reply); herr != nil {
 		ex.fail(herr)
+		return
+	}
+	if call.Stream {
+		s.stream(r.Context(), ex, call, reply, body)
 		return
 	}
 	if ex.rec.API == APIChat {

@@ -124,7 +124,7 @@ func TestValidation(t *testing.T) {
 		{"chat: no model", "/chat/completions", map[string]any{"messages": []any{user("hi")}}, "model", "you must provide a model parameter"},
 		{"chat: no messages", "/chat/completions", map[string]any{"model": "m", "messages": []any{}}, "messages", "empty array"},
 		{"chat: unknown parameter", "/chat/completions", map[string]any{"model": "m", "messages": []any{user("hi")}, "temprature": 1}, "temprature", "Unrecognized request argument supplied: temprature"},
-		{"chat: streaming", "/chat/completions", map[string]any{"model": "m", "messages": []any{user("hi")}, "stream": true}, "stream", "does not stream"},
+		{"chat: stream_options without stream", "/chat/completions", map[string]any{"model": "m", "messages": []any{user("hi")}, "stream_options": map[string]any{"include_usage": true}}, "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."},
 		{"chat: bad role", "/chat/completions", chatBody(map[string]any{"role": "robot", "content": "x"}), "messages[0].role", "Invalid value: 'robot'"},
 		{"chat: no content", "/chat/completions", chatBody(map[string]any{"role": "user"}), "messages[0].content", "Missing required parameter"},
 		{"chat: content of a wrong type", "/chat/completions", chatBody(map[string]any{"role": "user", "content": 3}), "messages[0].content", "got a number"},

@@ -61,15 +61,16 @@ func decodeResponses(body []byte) (Call, *HTTPError) {
 	switch {
 	case req.Model == "":
 		return Call{}, invalidRequest("model", "missing_required_parameter", "Missing required parameter: 'model'.")
-	case req.Stream:
-		return Call{}, invalidRequest("stream", "unsupported_value", "This fake server does not stream; send stream=false.")
 	case req.PreviousResponseID != "":
 		// Nothing is stored here, as with store=false.
 		return Call{}, invalidRequest("previous_response_id", "previous_response_not_found", "Previous response with id '%s' not found.", req.PreviousResponseID)
 	case len(req.Conversation) > 0 && string(req.Conversation) != "null":
 		return Call{}, invalidRequest("conversation", "unsupported_value", "This fake server keeps no conversations; send the full input.")
 	}
-	call := Call{API: APIResponses, Model: req.Model, MaxOutputTokens: req.MaxOutputTokens}
+	if _, herr := decodeStreamOptions(body, req.Stream, responsesStreamKeys); herr != nil {
+		return Call{}, herr
+	}
+	call := Call{API: APIResponses, Model: req.Model, MaxOutputTokens: req.MaxOutputTokens, Stream: req.Stream}
 	if req.Instructions != nil && *req.Instructions != "" {
 		call.Messages = append(call.Messages, Message{Role: "system", Content: *req.Instructions})
 	}

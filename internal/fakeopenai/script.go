@@ -29,6 +29,10 @@ type Call struct {
 	// MaxOutputTokens is max_completion_tokens (or max_tokens) in Chat
 	// Completions, max_output_tokens in Responses; 0 if absent.
 	MaxOutputTokens int64
+	// Stream says the client asked for a streamed answer ("stream":
+	// true): unless it is an error, the answer is an event stream shaped
+	// by Reply.Stream.
+	Stream bool
 }
 
 // Tokens counts the conversation's tokens as Options.ContextTokens does: a
@@ -100,6 +104,10 @@ type Reply struct {
 	Usage *Usage
 	// Error, when set, is answered instead of a completion.
 	Error *HTTPError
+	// Stream shapes a streamed answer: pauses, a dropped connection, a
+	// stall or an error mid-stream. Ignored when the request does not
+	// stream.
+	Stream Streaming
 }
 
 // ReplyToolCall is a tool call a Script makes.
