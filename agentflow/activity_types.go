@@ -161,6 +161,9 @@ type ModelStepResult struct {
 	ToolCalls  []ToolCall    `json:"tool_calls,omitempty"`
 	Answer     Text          `json:"answer"`
 	Usage      llm.Usage     `json:"usage"`
+	// Streamed says the answer was shown as the model wrote it (an
+	// AnswerStreamer kept its message): its Deliver finishes that message.
+	Streamed bool `json:"streamed,omitempty"`
 }
 
 // OutboundKind says what an outbound chat message is.
@@ -221,6 +224,10 @@ type Outbound struct {
 	// Lifecycle is, on an OutboundLifecycle message, LifecyclePaused or
 	// LifecycleDestroyed.
 	Lifecycle string `json:"lifecycle,omitempty"`
+	// Streamed is, on an answer, that its first part was streamed into
+	// the thread already (perhaps by another worker process): the sender
+	// looks for that message and edits it rather than posting.
+	Streamed bool `json:"streamed,omitempty"`
 }
 
 // ImportInput asks for shared files to be copied into a sandbox.

@@ -1172,6 +1172,7 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	w.progress(ctx, turn, TurnRunning, true)
 
 	var answer Text
+	streamed := false // the answer was shown as the model wrote it
 	var failure error
 	modelRefused := false // the model refused the conversation for good
 	stopped := func() bool { return turnCtx.Err() != nil }
@@ -1229,6 +1230,7 @@ func (w *agent) runTurn(ctx workflow.Context) {
 		w.Usage.Add(out.Usage)
 		if len(out.ToolCalls) == 0 {
 			answer = out.Answer
+			streamed = out.Streamed
 			res.Status = TurnDone
 			if step >= w.Options.MaxSteps {
 				// The last step was asked to answer without tools.
@@ -1300,7 +1302,7 @@ func (w *agent) runTurn(ctx workflow.Context) {
 	w.progress(ctx, turn, res.Status, true)
 	if !w.destroying {
 		w.deliver(ctx, Outbound{Kind: OutboundAnswer, Turn: turn, Key: fmt.Sprintf("%s/%d/answer", w.workflowID, turn), Text: answer, Status: res.Status,
-			MessageIDs: res.MessageIDs})
+			MessageIDs: res.MessageIDs, Streamed: streamed})
 	}
 }
 

@@ -92,6 +92,7 @@ func (a *Activities) ModelStep(ctx context.Context, in ModelStepInput) (res Mode
 		// Secrets are replaced already: reply was walked.
 		if st != nil {
 			st.finish(err == nil && answered, st.answer)
+			res.Streamed = err == nil && answered && st.stream != nil
 		}
 	}()
 	resp, err := a.complete(ctx, in, msgs, st)
