@@ -114,7 +114,7 @@ func (s *answerStream) text(delta string) {
 	s.raw.WriteString(delta)
 	red := s.rd.String(s.raw.String())
 	cut := len(red) - s.hold
-	for cut > len(s.sent) && !utf8.RuneStart(red[cut]) {
+	for cut > len(s.sent) && cut < len(red) && !utf8.RuneStart(red[cut]) {
 		cut--
 	}
 	if cut <= len(s.sent) {

@@ -9,6 +9,7 @@ package agentflow_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -111,8 +112,15 @@ func TestStreamedAnswer(t *testing.T) {
 		", which I will not repeat. Nothing else changed; the tests pass and the build is clean."
 	redacted := strings.ReplaceAll(answer, unitKey, "[redacted]")
 
-	run := func(t *testing.T, stream bool, cut int) (*fakeopenai.Server, *streamRecorder) {
+	run := func(t *testing.T, stream bool, cut int, secrets ...string) (*fakeopenai.Server, *streamRecorder) {
 		p := newParts(t, nil)
+		if secrets != nil {
+			p.acts.Secrets = secrets
+		}
+		want := redacted
+		if !slices.Contains(p.acts.Secrets, unitKey) {
+			want = answer
+		}
 		srv := p.useModel(fakeopenai.Options{Script: streamScript(answer, &cut), StreamChunk: 3}, llm.APIChat)
 		rec := &streamRecorder{ChatSender: p.acts.Chat["term"]}
 		p.acts.Chat["term"] = rec
@@ -126,7 +134,7 @@ func TestStreamedAnswer(t *testing.T) {
 					}
 				}),
 			e.resultOf("m1", func(r agentflow.TurnResult) {
-				if r.Status != agentflow.TurnDone || r.Answer != redacted {
+				if r.Status != agentflow.TurnDone || r.Answer != want {
 					t.Errorf("turn: %+v", r)
 				}
 			}),
@@ -178,6 +186,19 @@ func TestStreamedAnswer(t *testing.T) {
 			if !r.Call.Stream {
 				t.Errorf("a model call did not stream: %+v", r.Call)
 			}
+		}
+	})
+
+	t.Run("no secret known: nothing held back", func(t *testing.T) {
+		_, rec := run(t, true, 0, "")
+		var kept []string
+		for _, s := range rec.snapshot() {
+			if s.keep {
+				kept = append(kept, strings.Join(s.appends, ""))
+			}
+		}
+		if len(kept) != 1 || kept[0] != answer {
+			t.Errorf("kept streams %q, want the answer as written", kept)
 		}
 	})
 
