@@ -137,6 +137,9 @@ type Message struct {
 	// Recipient is the user an ephemeral message was shown to; empty for
 	// ordinary messages.
 	Recipient string
+	// Streaming is set on a message started with chat.startStream until
+	// chat.stopStream (stream.go); its Text grows with each append.
+	Streaming bool
 
 	editedTS string
 }
@@ -284,8 +287,11 @@ type Server struct {
 	// Refusals and assistant threads (assistant.go).
 	refusedMethods map[string]string // method -> error code it answers
 	refusedBlocks  map[string]bool   // block types chat.* answer invalid_blocks for
+	agents         *agentState       // agents.sessions.* (agents.go)
 	statuses       map[msgKey]threadStatus
 	statusCalls    []StatusCall
+
+	homes homeState // App Home tabs (views.go)
 }
 
 type msgKey struct{ channel, ts string }
