@@ -626,6 +626,12 @@ func TestAccessEveryEntryPoint(t *testing.T) {
 // HTTP; everything stops when t ends.
 func startAccSlack(t *testing.T) *accSlack {
 	t.Helper()
+	return startAccSlackWith(t, stacktest.Options{})
+}
+
+// startAccSlackWith is startAccSlack with a stack made with opts.
+func startAccSlackWith(t *testing.T, opts stacktest.Options) *accSlack {
+	t.Helper()
 	ctx := context.Background()
 	fs := fakeslack.New(fakeslack.Options{})
 	t.Cleanup(fs.Close)
@@ -638,7 +644,7 @@ func startAccSlack(t *testing.T) *accSlack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack := stacktest.Start(t, map[string]agentflow.ChatSender{slackbot.Platform: sender})
+	stack := stacktest.StartWith(t, map[string]agentflow.ChatSender{slackbot.Platform: sender}, opts)
 	access := bot.Access{Users: []string{accAlice, accBob}, Channels: []string{accOpen}, Admins: []string{accRoot}}
 	router := &bot.Router{Sessions: stack.Sessions, Cache: store.NewMemoryCache(), Access: access,
 		Backends: []string{"local", "docker"}, DefaultBackend: "local"}

@@ -42,6 +42,11 @@ type inner struct {
 	ChannelType string          `json:"channel_type"`
 	Edited      json.RawMessage `json:"edited"`
 	Files       []sharedFile    `json:"files"`
+	// Title and PreviousTitle are of agent_session_title_changed.
+	Title         string `json:"title"`
+	PreviousTitle string `json:"previous_title"`
+	// Tab is the App Home tab an app_home_opened is about ("home").
+	Tab string `json:"tab"`
 }
 
 // sharedFile is a file attached to a message.
@@ -65,6 +70,10 @@ func (in *Inbound) onCallback(ctx context.Context, env envelope) {
 		in.log.Error("cannot handle a slack event without knowing the bot", "event_id", env.EventID, "error", err)
 		return
 	}
+	if env.Type == "event_callback" && env.Event.Type == "app_home_opened" {
+		in.onHomeOpened(ctx, id, env) // no command: the home is published (homeinbound.go)
+		return
+	}
 	ev, ok := eventOf(id, env)
 	if !ok {
 		in.log.Debug("ignored a slack event", "event_id", env.EventID, "type", env.Event.Type, "subtype", env.Event.SubType)
@@ -83,6 +92,9 @@ func (in *Inbound) onCallback(ctx context.Context, env envelope) {
 // events the bot ignores.
 func eventOf(id *identity, env envelope) (ev bot.Event, ok bool) {
 	m := env.Event
+	if env.Type == "event_callback" && strings.HasPrefix(m.Type, "agent_session_") {
+		return agentSessionEventOf(id, env) // they have no ts (agentsession.go)
+	}
 	// Slack's own IDs only: they become the thread key.
 	if env.Type != "event_callback" || !validChannel(m.Channel) || !validTS(m.TS) || (m.ThreadTS != "" && !validTS(m.ThreadTS)) {
 		return bot.Event{}, false
@@ -293,6 +305,10 @@ func (in *Inbound) onInteraction(ctx context.Context, cb slack.InteractionCallba
 	id, err := in.identity(ctx)
 	if err != nil {
 		in.log.Error("cannot handle an interaction without knowing the bot", "trigger_id", cb.TriggerID, "error", err)
+		return
+	}
+	if cb.Type == slack.InteractionTypeBlockActions && cb.View.Type == slack.VTHomeTab {
+		in.onHomeAction(ctx, id, cb) // a button of the App Home (homeinbound.go)
 		return
 	}
 	for _, ev := range interactionEvents(id, cb) {

@@ -70,6 +70,10 @@ type InboundConfig struct {
 	// person's behalf (the thread root of "/agent new"); the Router checks
 	// it again for everything.
 	Access *bot.Access
+	// Home, when set, publishes people's App Home when they open it and
+	// after they click its buttons (see Home); nil leaves the Home tab
+	// alone and ignores its clicks.
+	Home *Home
 }
 
 // Defaults of InboundConfig.

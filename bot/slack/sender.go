@@ -117,6 +117,11 @@ type SenderConfig struct {
 	// StatusFor bounds how long a thread's status is kept up without news
 	// of the turn; default DefaultStatusFor.
 	StatusFor time.Duration
+	// Home, when set, keeps the App Home of a session's owner up to date
+	// after each delivery that changes the session's state (see Home);
+	// nil publishes no home. Give it the Home of the Inbound of the same
+	// process.
+	Home *Home
 }
 
 // Sender posts sessions' outbound messages to Slack threads. It
@@ -143,11 +148,16 @@ type Sender struct {
 	mdRetry     time.Duration
 	now         func() time.Time
 	status      *statusKeeper
+	streams     *streamState
+	home        *homeKeeper // nil without SenderConfig.Home
 
 	mu          sync.Mutex
 	mdRefusedAt time.Time              // when Slack last refused a markdown block
 	posted      *bot.Recent[postedMsg] // outbound key (or "thread/"+requestID) → what was posted
 	locks       map[string]*keyLock
+
+	agentsOnce sync.Once
+	agents     *agentSessions // see agentsession.go
 }
 
 // postedMsg is a message the Sender posted (or found it had posted).
@@ -156,6 +166,7 @@ type postedMsg struct {
 	fileID      string   // an uploaded file instead of a message
 	thread      string   // a thread key (CreateThread)
 	sum         [16]byte // of the text last sent, to skip edits that change nothing
+	streamed    bool     // a streamed answer (stream.go): an edit without blocks clears its own
 }
 
 // keyLock serialises deliveries of one key; seq lets a progress edit that
@@ -228,13 +239,17 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		log = slog.Default()
 	}
 	api := slack.New(cfg.BotToken, opts...)
-	return &Sender{
+	s := &Sender{
 		api: api, token: cfg.BotToken, log: log, links: NewLinks(api, log),
 		maxChunk: cfg.MaxChunk, uploadOver: cfg.UploadOver, uploadLines: cfg.UploadLines,
 		snippetOver: cfg.SnippetOver, mdRetry: cfg.MarkdownRetry, now: time.Now,
-		status: newStatusKeeper(api, log, cfg.StatusEvery, cfg.StatusFor),
+		status: newStatusKeeper(api, log, cfg.StatusEvery, cfg.StatusFor), streams: newStreamState(),
 		posted: bot.NewRecent[postedMsg](maxRemembered), locks: map[string]*keyLock{},
-	}, nil
+	}
+	if cfg.Home != nil {
+		s.home = newHomeKeeper(cfg.Home, api, s.links, log)
+	}
+	return s, nil
 }
 
 // Deliver posts or edits m in its Slack thread (see Sender for how a
@@ -249,7 +264,9 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 //     mrkdwn and posted as text in parts of at most MaxChunk characters; a
 //     code block longer than SnippetOver is uploaded as a file snippet
 //     after the message, which names it; a long answer is uploaded as a
-//     file with a short preview message;
+//     file with a short preview message; a message streamed by
+//     StreamAnswer is edited into part 1 (once this process streams
+//     answers, the thread is searched for one streamed elsewhere);
 //   - while a turn runs, its progress sets the thread's status ("is
 //     working…", see statusKeeper), cleared by the final progress or the
 //     answer;
@@ -263,7 +280,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 // ApplicationErrors: ErrTypeRateLimited (retryable, NextRetryDelay =
 // Slack's Retry-After) or ErrTypePermanent (non-retryable); other errors
 // (network, Slack 5xx) are plain and retryable. ctx bounds the calls.
-func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
+func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) (err error) {
 	_, channel, threadTS, err := ParseThreadKey(m.Thread)
 	if err != nil {
 		return permanent(err.Error(), err)
@@ -277,7 +294,16 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 	}
 	defer s.unlock(m.Key, lk)
 	d := &delivery{s: s, channel: channel, threadTS: threadTS, kind: m.Kind, retry: s.isRetry(ctx)}
+	// What shows the session's state outside the thread (its Slack agent
+	// session, the owner's App Home) follows each message delivered.
+	defer func() {
+		if err == nil {
+			s.after(ctx, m)
+		}
+	}()
 	switch m.Kind {
+	case agentflow.OutboundLifecycle:
+		return nil // no message: only what after shows
 	case agentflow.OutboundProgress:
 		if s.superseded(lk, seq) {
 			s.log.Debug("progress edit overtaken by a newer one", "thread", m.Thread, "key", m.Key)
@@ -290,6 +316,7 @@ func (s *Sender) Deliver(ctx context.Context, m agentflow.Outbound) error {
 		return nil
 	case agentflow.OutboundAnswer:
 		defer s.status.answered(ctx, m.Thread, channel, threadTS)
+		s.settleStream(ctx, d, m.Key, m.Streamed) // its first part may have been streamed
 		return s.deliverAnswer(ctx, d, m)
 	case agentflow.OutboundApproval:
 		if m.Approval != nil {
@@ -383,17 +410,20 @@ type delivery struct {
 	channel, threadTS string
 	kind              agentflow.OutboundKind
 	retry             bool
+	lookUp            bool // an answer another process may have streamed (settleStream)
 
-	loaded bool
-	keys   map[string]string // metadata key → ts of messages in the thread
-	files  map[string]string // file name → file ID of files in the thread
+	loaded   bool
+	keys     map[string]string // metadata key → ts of messages in the thread
+	streamed map[string]bool   // metadata keys of streamed messages
+	files    map[string]string // file name → file ID of files in the thread
 }
 
 // mustLookUp says whether a key unknown in memory may have been posted
-// already: by an earlier attempt, or (progress, approvals) by an earlier
-// delivery on another worker or before a restart.
+// already: by an earlier attempt, (progress, approvals) by an earlier
+// delivery on another worker or before a restart, or (answers) by a
+// stream on another worker.
 func (d *delivery) mustLookUp() bool {
-	return d.retry || d.kind == agentflow.OutboundProgress || d.kind == agentflow.OutboundApproval
+	return d.retry || d.lookUp || d.kind == agentflow.OutboundProgress || d.kind == agentflow.OutboundApproval
 }
 
 // load reads the thread's messages (once per delivery) and indexes those
@@ -402,7 +432,7 @@ func (d *delivery) load(ctx context.Context) error {
 	if d.loaded {
 		return nil
 	}
-	d.keys, d.files = map[string]string{}, map[string]string{}
+	d.keys, d.files, d.streamed = map[string]string{}, map[string]string{}, map[string]bool{}
 	cursor := ""
 	for range maxReplyPages {
 		msgs, more, next, err := d.s.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
@@ -419,6 +449,7 @@ func (d *delivery) load(ctx context.Context) error {
 			if msg.Metadata.EventType == MessageEventType {
 				if k, ok := msg.Metadata.EventPayload["key"].(string); ok {
 					d.keys[k] = msg.Timestamp
+					d.streamed[k], _ = msg.Metadata.EventPayload["streamed"].(bool)
 				}
 			}
 			for _, f := range msg.Files {
@@ -458,7 +489,7 @@ func (d *delivery) putBlocks(ctx context.Context, key, text string, blocks []sla
 			return err
 		}
 		if ts, ok := d.keys[key]; ok {
-			prev, known = postedMsg{channel: d.channel, ts: ts}, true
+			prev, known = postedMsg{channel: d.channel, ts: ts, streamed: d.streamed[key]}, true
 			s.log.Debug("found an earlier post of a retried message", "key", key, "channel", d.channel, "ts", ts)
 		}
 	}
@@ -476,7 +507,13 @@ func (d *delivery) putBlocks(ctx context.Context, key, text string, blocks []sla
 		if prev.sum == sum {
 			return nil
 		}
-		_, _, _, err := s.api.UpdateMessageContext(ctx, prev.channel, prev.ts, opts...)
+		edit := opts
+		if prev.streamed && len(blocks) == 0 {
+			// A streamed message shows its text as blocks, which an edit
+			// sending none would keep.
+			edit = append(edit[:len(edit):len(edit)], slack.MsgOptionBlocks())
+		}
+		_, _, _, err := s.api.UpdateMessageContext(ctx, prev.channel, prev.ts, edit...)
 		switch {
 		case err == nil:
 			prev.sum = sum

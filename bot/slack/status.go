@@ -222,6 +222,10 @@ func (k *statusKeeper) close() {
 }
 
 // Close stops the goroutines that keep running turns' thread statuses up
-// (they end by themselves within StatusFor otherwise). The Sender may be
-// used after Close; a later progress starts a status again.
-func (s *Sender) Close() { s.status.close() }
+// (they end by themselves within StatusFor otherwise) and the one that
+// publishes App Homes (homes not yet published are dropped). The Sender
+// may be used after Close; a later progress starts a status again.
+func (s *Sender) Close() {
+	s.status.close()
+	s.home.close()
+}

@@ -38,10 +38,26 @@ type Stack struct {
 	Model    *fakeopenai.Server
 }
 
+// Options change a stack from its defaults.
+type Options struct {
+	// Model configures the fake model; a nil Script means
+	// DirectiveScript.
+	Model fakeopenai.Options
+	// StreamAnswers streams answers to senders that can
+	// (agentflow.Activities.StreamAnswers).
+	StreamAnswers bool
+}
+
 // Start starts a stack whose worker delivers through senders; everything
 // stops at the end of the test. It fails the test (never skips) when Docker
 // or the temporal CLI is missing.
 func Start(t *testing.T, senders map[string]agentflow.ChatSender) *Stack {
+	t.Helper()
+	return StartWith(t, senders, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(t *testing.T, senders map[string]agentflow.ChatSender, opts Options) *Stack {
 	t.Helper()
 	ctx := context.Background()
 	if err := testenv.CheckDocker(ctx); err != nil {
@@ -52,7 +68,10 @@ func Start(t *testing.T, senders map[string]agentflow.ChatSender) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
-	model := fakeopenai.New(fakeopenai.Options{Script: fakeopenai.DirectiveScript()})
+	if opts.Model.Script == nil {
+		opts.Model.Script = fakeopenai.DirectiveScript()
+	}
+	model := fakeopenai.New(opts.Model)
 	t.Cleanup(model.Close)
 	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: testenv.Logger()})
 	if err != nil {
@@ -82,13 +101,14 @@ func Start(t *testing.T, senders map[string]agentflow.ChatSender) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	llmc, err := llm.New(llm.Config{BaseURL: model.URL()})
+	llmc, err := llm.New(llm.Config{BaseURL: model.URL(), APIKey: opts.Model.APIKey})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := worker.New(tc, agentflow.TaskQueue, testenv.WorkerOptions())
 	agentworker.Register(w, &agentflow.Activities{
 		Sandboxes: reg, Blobs: blobs, Model: llmc, ModelName: "fake", Temporal: tc, Chat: senders,
+		StreamAnswers: opts.StreamAnswers,
 	})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
