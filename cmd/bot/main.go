@@ -203,9 +203,20 @@ func run(environ []string) error {
 	// unavailable says why a backend the worker could not register is
 	// missing; with separate workers the bot cannot know.
 	var unavailable map[string]string
+	// The Slack App Home of this process: the Inbound publishes it when
+	// someone opens it; the embedded worker's sender keeps it up to date.
+	var slackHome *slackbot.Home
+	if cfg.SlackBotToken != "" {
+		homeSessions := agentflow.NewClient(tc)
+		homeSessions.DataConverter = temporalclient.DataConverter(cfg)
+		if slackHome, err = slackbot.NewHome(slackbot.HomeConfig{Sessions: homeSessions, Admins: cfg.Admins, Logger: logger}); err != nil {
+			return err
+		}
+	}
 	if embedded {
 		w, err := agentworker.New(ctx, tc, agentworker.Options{
 			Config: cfg, Logger: logger, Chat: map[string]agentflow.ChatSender{"term": termChat}, Tracing: tracing, Meter: meter,
+			SlackHome: slackHome,
 		})
 		if err != nil {
 			return err
@@ -256,7 +267,7 @@ func run(environ []string) error {
 		if metrics != nil && cfg.MetricsAddr == cfg.HTTPAddr {
 			shared = metrics.Handler()
 		}
-		return serveChat(ctx, cfg, tc, router, access, backends, shared, logger)
+		return serveChat(ctx, cfg, tc, router, access, backends, shared, slackHome, logger)
 	}
 	if fullScreen {
 		o := tui.Options{
@@ -336,8 +347,8 @@ func (quietRedis) Printf(context.Context, string, ...interface{}) {}
 // its gateway and, with a public key, HTTP interactions. Every event is
 // acknowledged before it is handled; what was acknowledged is drained at
 // shutdown. metrics, when not nil, is served on /metrics of the same
-// server.
-func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router *bot.Router, access bot.Access, backends []string, metrics http.Handler, logger *slog.Logger) error {
+// server. slackHome, when not nil, publishes Slack's App Home.
+func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router *bot.Router, access bot.Access, backends []string, metrics http.Handler, slackHome *slackbot.Home, logger *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The HTTP endpoints listen first: the probes answer (not ready)
@@ -374,6 +385,7 @@ func serveChat(ctx context.Context, cfg config.Config, tc client.Client, router 
 		in := slackbot.NewInbound(slackbot.InboundConfig{
 			BotToken: cfg.SlackBotToken, AppToken: cfg.SlackAppToken, SigningSecret: cfg.SlackSigningSecret,
 			APIURL: cfg.SlackAPIURL, Logger: logger, Backends: backends, Access: &access, Meter: router.Meter,
+			Home: slackHome,
 		}, router, nil)
 		if err := in.Start(ctx); err != nil {
 			return err

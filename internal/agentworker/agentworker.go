@@ -58,6 +58,12 @@ type Options struct {
 	// own metrics come from the client's MetricsHandler
 	// (telemetry.Metrics.WithTemporal).
 	Meter metric.Meter
+	// SlackHome, when set, is the Slack Inbound's App Home of this
+	// process: the Slack sender keeps the homes of those who opened theirs
+	// up to date. Nil (a worker in a process of its own, which never hears
+	// who opened their home) makes one that publishes the home of every
+	// owner whose session changes (HomeConfig.EveryOwner).
+	SlackHome *slackbot.Home
 }
 
 // Worker is a built, not yet started, worker.
@@ -176,7 +182,17 @@ func New(ctx context.Context, tc client.Client, opts Options) (*Worker, error) {
 		chat[k] = v
 	}
 	if cfg.SlackBotToken != "" && chat[slackbot.Platform] == nil {
-		sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: cfg.SlackBotToken, APIURL: cfg.SlackAPIURL, Logger: logger, Meter: opts.Meter})
+		home := opts.SlackHome
+		if home == nil {
+			sessions := agentflow.NewClient(tc)
+			sessions.DataConverter = temporalclient.DataConverter(cfg)
+			var err error
+			if home, err = slackbot.NewHome(slackbot.HomeConfig{Sessions: sessions, Admins: cfg.Admins, Logger: logger, EveryOwner: true}); err != nil {
+				return nil, fmt.Errorf("slack home: %w", err)
+			}
+		}
+		sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: cfg.SlackBotToken, APIURL: cfg.SlackAPIURL, Logger: logger, Meter: opts.Meter,
+			Home: home})
 		if err != nil {
 			return nil, fmt.Errorf("slack sender: %w", err)
 		}
