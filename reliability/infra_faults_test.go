@@ -407,14 +407,15 @@ func (s *stack) sandboxLost(t *testing.T, tok string, track func(workflowID stri
 }
 
 // waitBotText waits for the bot's answer (it starts with "done." or holds
-// it after a notice) with token in thread root and returns its text; there
-// must be exactly one.
+// it after a notice) with token in thread root, in its final form (a
+// streamed answer once its delivery edited it), and returns its text;
+// there must be exactly one.
 func (s *stack) waitBotText(t *testing.T, root, token string) string {
 	t.Helper()
 	find := func() []string {
 		var out []string
 		for _, m := range s.slack.Thread(channel, root) {
-			if m.BotID != "" && strings.Contains(m.Text, "done.") && strings.Contains(m.Text, token) {
+			if m.BotID != "" && strings.Contains(m.Text, "done.") && strings.Contains(m.Text, token) && isFinal(m) {
 				out = append(out, m.Text)
 			}
 		}

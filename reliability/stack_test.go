@@ -11,6 +11,7 @@ package reliability_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -476,6 +477,23 @@ func kill(t *testing.T, p *secretenvtest.Process) {
 // "done.").
 func isAnswer(m fakeslack.Message, token string) bool {
 	return m.BotID != "" && strings.HasPrefix(strings.TrimSpace(m.Text), "done.") && strings.Contains(m.Text, token)
+}
+
+// isFinal says whether m, a message of the bot, is in its final form: not
+// an answer still streaming, nor a streamed one that its delivery has not
+// edited into the answer yet (it may lack the notes the turn adds).
+func isFinal(m fakeslack.Message) bool {
+	if m.Streaming {
+		return false
+	}
+	if m.Metadata == nil || m.Edits > 0 {
+		return true
+	}
+	var p struct {
+		Streamed bool `json:"streamed"`
+	}
+	_ = json.Unmarshal(m.Metadata.EventPayload, &p)
+	return !p.Streamed
 }
 
 // answers counts the agent's answers with token in the thread root.
