@@ -1095,7 +1095,7 @@ func (h *accDiscord) startBefore(t *testing.T, channel string) *accSession {
 			discordgo.ActionsRow{Components: []discordgo.MessageComponent{
 				discordgo.Button{CustomID: discordbot.ActionFork, Label: "Fork", Style: discordgo.PrimaryButton},
 				discordgo.Button{CustomID: discordbot.ActionStop, Label: "Stop", Style: discordgo.DangerButton},
-				discordgo.Button{CustomID: discordbot.ActionDone, Label: "Done", Style: discordgo.SecondaryButton}}},
+				discordgo.Button{CustomID: discordbot.ActionDone, Label: "Pause", Style: discordgo.SecondaryButton}}},
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -561,7 +561,7 @@ func (in *Inbound) components(resp bot.Response) []discordgo.MessageComponent {
 	buttons := []discordgo.MessageComponent{
 		discordgo.Button{CustomID: ActionFork, Label: "Fork", Style: discordgo.PrimaryButton},
 		discordgo.Button{CustomID: ActionStop, Label: "Stop", Style: discordgo.DangerButton},
-		discordgo.Button{CustomID: ActionDone, Label: "Done", Style: discordgo.SecondaryButton},
+		discordgo.Button{CustomID: ActionDone, Label: "Pause", Style: discordgo.SecondaryButton},
 	}
 	if strings.HasPrefix(resp.WebUI, "https://") || strings.HasPrefix(resp.WebUI, "http://") {
 		buttons = append(buttons, discordgo.Button{Label: "Web UI", Style: discordgo.LinkButton, URL: resp.WebUI})

@@ -169,7 +169,7 @@ func StatusBlocks(text string, v agentflow.SessionView, webUI string, backends [
 	els = append(els,
 		slack.NewButtonBlockElement(ActionFork, v.ThreadKey, plain("Fork")),
 		slack.NewButtonBlockElement(ActionStop, v.ThreadKey, plain("Stop")).WithStyle(slack.StyleDanger),
-		slack.NewButtonBlockElement(ActionDone, v.ThreadKey, plain("Done")),
+		slack.NewButtonBlockElement(ActionDone, v.ThreadKey, plain("Pause")),
 	)
 	if webUI != "" {
 		els = append(els, slack.NewButtonBlockElement(ActionWebUI, "", plain("Open in Temporal")).WithURL(webUI))
