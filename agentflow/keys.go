@@ -20,6 +20,13 @@ func answerKey(sessionID string, turn int) string {
 	return fmt.Sprintf("%sanswers/%08d.txt", store.SessionPrefix(sessionID), turn)
 }
 
+// streamKey holds the messages a model step's answer stream posted
+// (AnswerStream refs) until the step ends, so that a retry after a crash
+// removes what the dead attempt left in the thread.
+func streamKey(sessionID string, turn, step int) string {
+	return fmt.Sprintf("%sstreams/%08d-%04d.json", store.SessionPrefix(sessionID), turn, step)
+}
+
 func argsKey(sessionID string, turn, step int, callID string) string {
 	return fmt.Sprintf("%sargs/%08d-%04d-%x.json", store.SessionPrefix(sessionID), turn, step, callID)
 }

@@ -2,6 +2,7 @@ package agentflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentbot/agentbot/agentflow/llm"
 	"github.com/agentbot/agentbot/internal/redact"
+	"github.com/agentbot/agentbot/store"
 )
 
 // AnswerStreamer is an optional interface of a ChatSender that shows an
@@ -39,6 +41,19 @@ type StreamTarget struct {
 	// User is the platform user ID the answer is for (the turn's first
 	// author); Slack needs it to stream outside a DM. It may be empty.
 	User string
+	// Stale are messages that earlier attempts of the same model step
+	// posted and could not take back (the worker died): StreamAnswer
+	// removes them, best effort. They are refs an AnswerStream of this
+	// sender gave (StreamRef); a ref that is not its own is ignored.
+	Stale []string
+}
+
+// StreamRef is an optional interface of an AnswerStream: Ref names the
+// message the stream posted, "" until it posted one. The model step keeps
+// it in the blob store until the step ends, so that a retry after a crash
+// hands it back as StreamTarget.Stale.
+type StreamRef interface {
+	Ref() string
 }
 
 // AnswerStream is one open stream. Its methods are called from one
@@ -77,6 +92,10 @@ type answerStream struct {
 	sent   string          // what was appended: a prefix of the redacted text
 	stream AnswerStream
 	dead   bool
+	// refKey is where the stream's message is noted (streamKey) once
+	// posted; noted says it was.
+	refKey string
+	noted  bool
 	// answer is the step's answer, once known (redacted).
 	answer string
 }
@@ -100,9 +119,56 @@ func (a *Activities) newAnswerStream(ctx context.Context, in ModelStepInput) *an
 	if !rd.Empty() {
 		hold = rd.Longest() + len(redact.Placeholder)
 	}
-	return &answerStream{
-		a: a, ctx: ctx, sender: sender, rd: rd, hold: hold,
+	s := &answerStream{
+		a: a, ctx: ctx, sender: sender, rd: rd, hold: hold, refKey: streamKey(in.SessionID, in.Turn, in.Step),
 		target: StreamTarget{Thread: thread, Key: fmt.Sprintf("%s/%d/answer", in.SessionID, in.Turn), User: in.User},
+	}
+	// An earlier attempt of this step that died mid-stream left its
+	// message: the stream opens now, which removes it, even if this
+	// attempt shows nothing.
+	if err := a.getJSON(ctx, s.refKey, &s.target.Stale); err == nil && len(s.target.Stale) > 0 {
+		st, err := sender.StreamAnswer(ctx, s.target)
+		if err != nil {
+			s.end(err)
+		} else {
+			s.stream = st
+		}
+		s.target.Stale = nil
+		s.forget()
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		a.log().WarnContext(ctx, "reading what an earlier attempt streamed", "key", s.refKey, "error", err)
+	}
+	return s
+}
+
+// note records the stream's message, once it has one, for a retry.
+func (s *answerStream) note() {
+	if s.noted {
+		return
+	}
+	r, ok := s.stream.(StreamRef)
+	if !ok {
+		s.noted = true
+		return
+	}
+	ref := r.Ref()
+	if ref == "" {
+		return
+	}
+	s.noted = true
+	data, _ := json.Marshal([]string{ref})
+	if err := s.a.putBlob(s.ctx, s.refKey, "application/json", data); err != nil {
+		s.a.log().WarnContext(s.ctx, "noting a streamed message for a retry", "key", s.refKey, "error", err)
+	}
+}
+
+// forget drops the note of the stream's message: the step is over, or the
+// message was removed.
+func (s *answerStream) forget() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 10*time.Second)
+	defer cancel()
+	if err := s.a.Blobs.Delete(ctx, s.refKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.a.log().WarnContext(ctx, "dropping the note of a streamed message", "key", s.refKey, "error", err)
 	}
 }
 
@@ -144,6 +210,7 @@ func (s *answerStream) send(upto string) {
 		return
 	}
 	s.sent = upto
+	s.note()
 }
 
 // end stops streaming this answer after err; what was shown stays until
@@ -174,5 +241,11 @@ func (s *answerStream) finish(keep bool, answer string) {
 	defer cancel()
 	if err := s.stream.Finish(ctx, keep); err != nil {
 		s.a.log().WarnContext(ctx, "ending an answer's stream failed", "thread", s.target.Thread, "keep", keep, "error", err)
+		if !keep {
+			return // left noted: a retry removes it
+		}
+	}
+	if s.noted {
+		s.forget()
 	}
 }

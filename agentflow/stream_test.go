@@ -9,6 +9,8 @@ package agentflow_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -26,10 +28,15 @@ type streamRecorder struct {
 	mu      sync.Mutex
 	streams []*recordedStream
 	answers []agentflow.Outbound
+	// failTakeBack, when above 0, makes the failTakeBack-th Finish(false)
+	// fail, as a worker that dies before it takes its message back.
+	failTakeBack int
+	takeBacks    int
 }
 
 type recordedStream struct {
 	target   agentflow.StreamTarget
+	ref      string
 	appends  []string
 	finished int
 	keep     bool
@@ -38,7 +45,7 @@ type recordedStream struct {
 func (r *streamRecorder) StreamAnswer(ctx context.Context, t agentflow.StreamTarget) (agentflow.AnswerStream, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := &recordedStream{target: t}
+	s := &recordedStream{target: t, ref: fmt.Sprintf("msg-%d", len(r.streams)+1)}
 	r.streams = append(r.streams, s)
 	return &recStream{r: r, s: s}, nil
 }
@@ -83,7 +90,22 @@ func (s *recStream) Finish(ctx context.Context, keep bool) error {
 	defer s.r.mu.Unlock()
 	s.s.finished++
 	s.s.keep = keep
+	if !keep {
+		s.r.takeBacks++
+		if s.r.takeBacks == s.r.failTakeBack {
+			return errors.New("the worker died")
+		}
+	}
 	return nil
+}
+
+func (s *recStream) Ref() string {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	if len(s.s.appends) == 0 {
+		return ""
+	}
+	return s.s.ref
 }
 
 // streamScript answers a user message with some words and a shell call,
@@ -112,6 +134,7 @@ func TestStreamedAnswer(t *testing.T) {
 		", which I will not repeat. Nothing else changed; the tests pass and the build is clean."
 	redacted := strings.ReplaceAll(answer, unitKey, "[redacted]")
 
+	var failTakeBack int
 	run := func(t *testing.T, stream bool, cut int, secrets ...string) (*fakeopenai.Server, *streamRecorder) {
 		p := newParts(t, nil)
 		if secrets != nil {
@@ -122,7 +145,7 @@ func TestStreamedAnswer(t *testing.T) {
 			want = answer
 		}
 		srv := p.useModel(fakeopenai.Options{Script: streamScript(answer, &cut), StreamChunk: 3}, llm.APIChat)
-		rec := &streamRecorder{ChatSender: p.acts.Chat["term"]}
+		rec := &streamRecorder{ChatSender: p.acts.Chat["term"], failTakeBack: failTakeBack}
 		p.acts.Chat["term"] = rec
 		p.acts.StreamAnswers = stream
 		e := p.newEnv("term:stream")
@@ -176,7 +199,7 @@ func TestStreamedAnswer(t *testing.T) {
 			t.Errorf("the answer came in %d appends, want it in pieces: %q", len(s.appends), s.appends)
 		}
 		want := agentflow.StreamTarget{Thread: "term:stream", Key: "agent/term:stream/1/answer", User: "U1"}
-		if s.target != want {
+		if s.target.Thread != want.Thread || s.target.Key != want.Key || s.target.User != want.User || len(s.target.Stale) != 0 {
 			t.Errorf("target %+v, want %+v", s.target, want)
 		}
 		if len(rec.answers) != 1 || rec.answers[0].Key != want.Key || rec.answers[0].Text.Inline != redacted {
@@ -199,6 +222,31 @@ func TestStreamedAnswer(t *testing.T) {
 		}
 		if len(kept) != 1 || kept[0] != answer {
 			t.Errorf("kept streams %q, want the answer as written", kept)
+		}
+	})
+
+	t.Run("a dead attempt's message removed by the retry", func(t *testing.T) {
+		failTakeBack = 2 // the first is the step that called a tool
+		defer func() { failTakeBack = 0 }()
+		_, rec := run(t, true, 1)
+		streams := rec.snapshot()
+		var dead *recordedStream
+		for i, s := range streams {
+			if !s.keep && len(s.appends) > 0 && strings.HasPrefix(redacted, strings.Join(s.appends, "")) {
+				dead = &streams[i]
+			}
+		}
+		if dead == nil {
+			t.Fatalf("no stream of the cut attempt: %+v", streams)
+		}
+		found := false
+		for _, s := range streams {
+			if slices.Equal(s.target.Stale, []string{dead.ref}) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("the retry was not handed %s to remove: %+v", dead.ref, streams)
 		}
 	})
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbot/agentbot/internal/fakeopenai"
+	"github.com/agentbot/agentbot/internal/fakeslack"
 	"github.com/agentbot/agentbot/internal/secretenv/secretenvtest"
 )
 
@@ -326,4 +327,72 @@ func (h *modelHold) wrap(next fakeopenai.Script) fakeopenai.Script {
 			return next(ctx, call)
 		}
 	}
+}
+
+// TestWorkerKilledDuringStreamedAnswer: the worker is killed (SIGKILL)
+// while the turn's answer streams into the thread (the model writes it
+// slowly), and a new worker is started. The model step runs again on the
+// new worker, which first removes the message the dead one left half
+// streamed: the thread ends with one answer, in its final form, and no
+// stream left open.
+func TestWorkerKilledDuringStreamedAnswer(t *testing.T) {
+	var mu sync.Mutex
+	slow := map[string]bool{} // tokens whose answer is long; true: streamed slowly (the first time)
+	s := startStack(t, withScript(func(next fakeopenai.Script) fakeopenai.Script {
+		return func(ctx context.Context, call fakeopenai.Call) (fakeopenai.Reply, error) {
+			r, err := next(ctx, call)
+			if err != nil || len(r.ToolCalls) > 0 {
+				return r, err
+			}
+			_, last := call.LastUserMessage()
+			mu.Lock()
+			defer mu.Unlock()
+			for token, first := range slow {
+				if strings.Contains(last, token) {
+					r.Text += "\n" + strings.Repeat("Written slowly so that the worker dies while it streams. ", 20)
+					if first {
+						slow[token] = false
+						r.Stream.Delay = 100 * time.Millisecond
+					}
+				}
+			}
+			return r, nil
+		}
+	}))
+	repeat(t, "1c. worker SIGKILLed while an answer streams: the retry removes the half-streamed message, one answer stays", func(t *testing.T, i int) {
+		token := fmt.Sprintf("w1crun%dstreamed", i)
+		mu.Lock()
+		slow[token] = true
+		mu.Unlock()
+		root := s.slack.PostUserMessage(channel, alice, "<@UBOT> sh: echo "+token, "")
+		var partial fakeslack.Message
+		if err := infraWait(answerWait, func() bool {
+			for _, m := range s.slack.Thread(channel, root) {
+				if m.BotID != "" && m.Streaming && strings.Contains(m.Text, token) {
+					partial = m
+					return true
+				}
+			}
+			return false
+		}); err != nil {
+			t.Fatalf("the answer never streamed:\n%s", s.dumpThread(root))
+		}
+		s.killWorker(t)
+		s.startWorker(t)
+		answer := s.waitBotText(t, root, token)
+		if !strings.Contains(answer, "Written slowly") {
+			t.Errorf("the answer is not whole:\n%s", answer)
+		}
+		for _, m := range s.slack.Thread(channel, root) {
+			if m.TS == partial.TS {
+				t.Errorf("the half-streamed message of the dead worker is still there: %q", m.Text)
+			}
+			if m.Streaming {
+				t.Errorf("a stream is left open: %q", m.Text)
+			}
+		}
+		if n := s.answers(root, token); n != 1 {
+			t.Errorf("%d answers with %s, want 1:\n%s", n, token, s.dumpThread(root))
+		}
+	})
 }

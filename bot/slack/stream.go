@@ -100,6 +100,7 @@ func (s *Sender) StreamAnswer(ctx context.Context, t agentflow.StreamTarget) (ag
 	if t.Key == "" {
 		return nil, errors.New("slack stream: an answer stream needs the answer's key")
 	}
+	s.removeStale(ctx, channel, partKey(t.Key, 1), t.Stale)
 	st := &answerStream{
 		s: s, team: team, channel: channel, threadTS: threadTS, key: t.Key, part: partKey(t.Key, 1), user: t.User,
 		d: &delivery{s: s, channel: channel, threadTS: threadTS, kind: agentflow.OutboundAnswer, retry: s.isRetry(ctx)},
@@ -165,6 +166,40 @@ type answerStream struct {
 	until time.Time       // rate limited until
 	err   error           // what ended streaming
 	done  bool            // Finish was called
+}
+
+// Ref implements agentflow.StreamRef: "<channel>/<ts>" of the message
+// once posted.
+func (st *answerStream) Ref() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ts == "" {
+		return ""
+	}
+	return st.channel + "/" + st.ts
+}
+
+// removeStale deletes the messages that streams of a dead attempt left in
+// channel (refs from Ref), stopping them first; a ref of another channel
+// or not of Ref's form is ignored. Best effort: failures are logged.
+func (s *Sender) removeStale(ctx context.Context, channel, part string, refs []string) {
+	for _, ref := range refs {
+		ch, ts, ok := strings.Cut(ref, "/")
+		if !ok || ch != channel || !validTS(ts) {
+			s.log.Warn("ignored a stale stream reference that is not this thread's", "channel", channel)
+			continue
+		}
+		if _, _, err := s.api.StopStreamContext(ctx, ch, ts); err != nil && !isSlackError(err, "message_not_in_streaming_state", "message_not_found") {
+			s.log.Info("stopping a stale stream", "channel", ch, "ts", ts, "error", s.redact(err))
+		}
+		if _, _, err := s.api.DeleteMessageContext(ctx, ch, ts); err != nil && !isSlackError(err, "message_not_found") {
+			s.log.Warn("deleting a stale streamed message failed", "channel", ch, "ts", ts, "error", s.redact(err))
+			continue
+		}
+		if p, ok := s.recall(part); ok && p.ts == ts {
+			s.forget(part)
+		}
+	}
 }
 
 // Append implements agentflow.AnswerStream.

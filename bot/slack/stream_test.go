@@ -479,3 +479,39 @@ func TestHoldBack(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamAnswerRemovesStale: a stream that a dead worker left in the
+// thread (still streaming, never finished) is stopped and deleted by the
+// next attempt's StreamAnswer, given its Ref; a ref of another channel is
+// left alone.
+func TestStreamAnswerRemovesStale(t *testing.T) {
+	e := newSenderEnv(t)
+	clk := newTestClock()
+	key := answerKey(e.thread, 1)
+	dead := openStream(t, e.streamSender(t, clk), e.thread, key, "U1")
+	if ref := dead.(agentflow.StreamRef).Ref(); ref != "" {
+		t.Fatalf("a stream that posted nothing has ref %q", ref)
+	}
+	mustAppend(t, dead, "Half an answer from a worker that dies")
+	ref := dead.(agentflow.StreamRef).Ref()
+	left := e.only(t)
+	if !left.Streaming || ref != left.Channel+"/"+left.TS {
+		t.Fatalf("ref %q for %+v", ref, left)
+	}
+	next := e.streamSender(t, clk) // another worker
+	st, err := next.StreamAnswer(context.Background(), agentflow.StreamTarget{Thread: e.thread, Key: key, User: "U1",
+		Stale: []string{"C0OTHER/1700000000.000001", ref}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.replies(); len(got) != 0 {
+		t.Fatalf("the dead attempt's message is still there: %+v", got)
+	}
+	mustAppend(t, st, "The whole answer")
+	if err := st.Finish(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.only(t); got.TS == left.TS || got.Text != "The whole answer" {
+		t.Errorf("%+v", got)
+	}
+}
