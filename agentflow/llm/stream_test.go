@@ -87,6 +87,10 @@ func TestStream(t *testing.T) {
 					var deltas []string
 					resp, err := c.Stream(context.Background(), userRequest("go"), func(d string) { deltas = append(deltas, d) })
 					tc.check(t, deltas, resp, err)
+					// The server records a call when its handler ends,
+					// which may be after the client gave up on the
+					// stream: Close waits for the handlers.
+					srv.Close()
 					reqs := srv.Requests()
 					if len(reqs) != 1 || !reqs[0].Call.Stream {
 						t.Errorf("requests %+v, want one streamed", reqs)
