@@ -626,11 +626,20 @@ func TestAccessEveryEntryPoint(t *testing.T) {
 // HTTP; everything stops when t ends.
 func startAccSlack(t *testing.T) *accSlack {
 	t.Helper()
-	return startAccSlackWith(t, stacktest.Options{})
+	return startAccSlackWith(t, accOptions{})
 }
 
-// startAccSlackWith is startAccSlack with a stack made with opts.
-func startAccSlackWith(t *testing.T, opts stacktest.Options) *accSlack {
+// accOptions change the stack of startAccSlackWith.
+type accOptions struct {
+	// stack is how the back end is made.
+	stack stacktest.Options
+	// home shares an App Home between the Inbound and the Sender, as
+	// cmd/bot wires them in one process.
+	home bool
+}
+
+// startAccSlackWith is startAccSlack with opts.
+func startAccSlackWith(t *testing.T, opts accOptions) *accSlack {
 	t.Helper()
 	ctx := context.Background()
 	fs := fakeslack.New(fakeslack.Options{})
@@ -640,17 +649,29 @@ func startAccSlackWith(t *testing.T, opts stacktest.Options) *accSlack {
 		fs.SetUser(u)
 	}
 	o := fs.Options()
-	sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: o.BotToken, APIURL: fs.APIURL()})
+	access := bot.Access{Users: []string{accAlice, accBob}, Channels: []string{accOpen}, Admins: []string{accRoot}}
+	var (
+		home     *slackbot.Home
+		sessions = &lateSessions{}
+	)
+	if opts.home {
+		var err error
+		if home, err = slackbot.NewHome(slackbot.HomeConfig{Sessions: sessions, Admins: access.Admins}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: o.BotToken, APIURL: fs.APIURL(), Home: home})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack := stacktest.StartWith(t, map[string]agentflow.ChatSender{slackbot.Platform: sender}, opts)
-	access := bot.Access{Users: []string{accAlice, accBob}, Channels: []string{accOpen}, Admins: []string{accRoot}}
+	t.Cleanup(sender.Close) // after the worker stopped
+	stack := stacktest.StartWith(t, map[string]agentflow.ChatSender{slackbot.Platform: sender}, opts.stack)
+	sessions.cl.Store(stack.Sessions)
 	router := &bot.Router{Sessions: stack.Sessions, Cache: store.NewMemoryCache(), Access: access,
 		Backends: []string{"local", "docker"}, DefaultBackend: "local"}
 	h := &accSlack{fs: fs, stack: stack, obs: &accObserver{h: router}, team: o.TeamID, known: map[string]bool{}}
 	in := slackbot.NewInbound(slackbot.InboundConfig{BotToken: o.BotToken, AppToken: o.AppToken, SigningSecret: o.SigningSecret,
-		APIURL: fs.APIURL(), Backends: router.Backends, Access: &access}, h.obs, nil)
+		APIURL: fs.APIURL(), Backends: router.Backends, Access: &access, Home: home}, h.obs, nil)
 	if err := in.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -4,19 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/agentbot/agentbot/agentflow"
-	"github.com/agentbot/agentbot/bot"
 	slackbot "github.com/agentbot/agentbot/bot/slack"
 	"github.com/agentbot/agentbot/internal/fakeslack"
-	"github.com/agentbot/agentbot/internal/stacktest"
-	"github.com/agentbot/agentbot/store"
 )
 
 // lateSessions is the stack's session client, which exists only once the
@@ -38,54 +33,7 @@ func (l *lateSessions) State(ctx context.Context, key string) (agentflow.Session
 // them in one process.
 func startHomeSlack(t *testing.T) *accSlack {
 	t.Helper()
-	ctx := context.Background()
-	fs := fakeslack.New(fakeslack.Options{})
-	t.Cleanup(fs.Close)
-	for _, u := range []fakeslack.User{{ID: accAlice, Name: "alice"}, {ID: accBob, Name: "bob"},
-		{ID: accRoot, Name: "root"}, {ID: accEve, Name: "eve"}} {
-		fs.SetUser(u)
-	}
-	o := fs.Options()
-	sessions := &lateSessions{}
-	access := bot.Access{Users: []string{accAlice, accBob}, Channels: []string{accOpen}, Admins: []string{accRoot}}
-	home, err := slackbot.NewHome(slackbot.HomeConfig{Sessions: sessions, Admins: access.Admins})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sender, err := slackbot.NewSender(slackbot.SenderConfig{BotToken: o.BotToken, APIURL: fs.APIURL(), Home: home})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sender.Close) // after the worker stopped
-	stack := stacktest.Start(t, map[string]agentflow.ChatSender{slackbot.Platform: sender})
-	sessions.cl.Store(stack.Sessions)
-	router := &bot.Router{Sessions: stack.Sessions, Cache: store.NewMemoryCache(), Access: access,
-		Backends: []string{"local", "docker"}, DefaultBackend: "local"}
-	h := &accSlack{fs: fs, stack: stack, obs: &accObserver{h: router}, team: o.TeamID, known: map[string]bool{}}
-	in := slackbot.NewInbound(slackbot.InboundConfig{BotToken: o.BotToken, AppToken: o.AppToken, SigningSecret: o.SigningSecret,
-		APIURL: fs.APIURL(), Backends: router.Backends, Access: &access, Home: home}, h.obs, nil)
-	if err := in.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	gw := httptest.NewServer(in.HTTPHandler())
-	h.gw = gw.URL
-	sctx, stop := context.WithCancel(ctx)
-	socketDone := make(chan error, 1)
-	go func() { socketDone <- in.RunSocketMode(sctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-socketDone; err != nil {
-			t.Errorf("RunSocketMode: %v", err)
-		}
-		gw.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := in.Shutdown(sctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	until(t, "a socket mode connection", func() (bool, string) { return fs.Connections() == 1, "" })
-	return h
+	return startAccSlackWith(t, accOptions{home: true})
 }
 
 // shownHome is a published home as a person reads it.

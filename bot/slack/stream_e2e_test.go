@@ -47,8 +47,8 @@ func TestStreamedAnswerEndToEnd(t *testing.T) {
 			name = "streaming refused: edits"
 		}
 		t.Run(name, func(t *testing.T) {
-			h := startAccSlackWith(t, stacktest.Options{StreamAnswers: true,
-				Model: fakeopenai.Options{Script: streamE2EScript, StreamChunk: 6, StreamDelay: 40 * time.Millisecond}})
+			h := startAccSlackWith(t, accOptions{stack: stacktest.Options{StreamAnswers: true,
+				Model: fakeopenai.Options{Script: streamE2EScript, StreamChunk: 6, StreamDelay: 40 * time.Millisecond}}})
 			if refused {
 				h.fs.Refuse("chat.startStream", "missing_scope")
 			}
