@@ -63,6 +63,19 @@ func openStream(t *testing.T, s *Sender, thread, key, user string) agentflow.Ans
 	return st
 }
 
+// keepAndDeliver ends st keeping its message, then has s deliver the
+// answer final of key, as the model step and the workflow do.
+func keepAndDeliver(t *testing.T, s *Sender, st agentflow.AnswerStream, thread, key, final string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := st.Finish(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Deliver(ctx, answerMsg(thread, key, final)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustAppend(t *testing.T, st agentflow.AnswerStream, text string) {
 	t.Helper()
 	if err := st.Append(context.Background(), text); err != nil {
@@ -168,12 +181,7 @@ func TestStreamAnswerNotKept(t *testing.T) {
 	clk.add(time.Minute)
 	answer := openStream(t, s, e.thread, key, "U1")
 	mustAppend(t, answer, "Fixed.")
-	if err := answer.Finish(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Deliver(ctx, answerMsg(e.thread, key, "Fixed.")); err != nil {
-		t.Fatal(err)
-	}
+	keepAndDeliver(t, s, answer, e.thread, key, "Fixed.")
 	if md, _ := markdownOf(t, e.only(t)); md != "Fixed." {
 		t.Errorf("answer %q", md)
 	}
@@ -264,7 +272,6 @@ func TestStreamAnswerLong(t *testing.T) {
 	e := newSenderEnv(t)
 	clk := newTestClock()
 	s := e.streamSender(t, clk, func(c *SenderConfig) { c.UploadOver, c.UploadLines = 100000, 10000 })
-	ctx := context.Background()
 	key := answerKey(e.thread, 1)
 	var b strings.Builder
 	const paragraphs = 90
@@ -286,12 +293,7 @@ func TestStreamAnswerLong(t *testing.T) {
 	if !strings.HasPrefix(answer, streamed.Text) || utf8.RuneCountInString(streamed.Text) > maxStreamRunes || utf8.RuneCountInString(streamed.Text) < maxStreamRunes-200 {
 		t.Fatalf("streamed %d characters, want the answer's beginning filling the message (at most %d)", utf8.RuneCountInString(streamed.Text), maxStreamRunes)
 	}
-	if err := st.Finish(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Deliver(ctx, answerMsg(e.thread, key, answer)); err != nil {
-		t.Fatal(err)
-	}
+	keepAndDeliver(t, s, st, e.thread, key, answer)
 	got := e.replies()
 	if len(got) != 2 || got[0].TS != streamed.TS {
 		t.Fatalf("%d replies, want the streamed first part and one more", len(got))
@@ -389,7 +391,6 @@ func TestStreamAnswerRateLimited(t *testing.T) {
 	e := newSenderEnv(t)
 	clk := newTestClock()
 	s := e.streamSender(t, clk)
-	ctx := context.Background()
 	key := answerKey(e.thread, 1)
 	st := openStream(t, s, e.thread, key, "U1")
 	e.fake.RateLimit("chat.appendStream", 1, time.Second)
@@ -409,12 +410,7 @@ func TestStreamAnswerRateLimited(t *testing.T) {
 	if got := e.only(t).Text; got != "abcd" {
 		t.Errorf("streamed %q after Retry-After, want all the text buffered", got)
 	}
-	if err := st.Finish(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Deliver(ctx, answerMsg(e.thread, key, "abcd")); err != nil {
-		t.Fatal(err)
-	}
+	keepAndDeliver(t, s, st, e.thread, key, "abcd")
 	if md, _ := markdownOf(t, e.only(t)); md != "abcd" {
 		t.Errorf("answer %q", md)
 	}
