@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/agentbot/agentbot/agentflow/llm"
 	"github.com/agentbot/agentbot/internal/redact"
 	"github.com/agentbot/agentbot/store"
@@ -125,7 +127,10 @@ func (a *Activities) newAnswerStream(ctx context.Context, in ModelStepInput) *an
 	}
 	// An earlier attempt of this step that died mid-stream left its
 	// message: the stream opens now, which removes it, even if this
-	// attempt shows nothing.
+	// attempt shows nothing. Only a retry can find one.
+	if !activity.IsActivity(ctx) || activity.GetInfo(ctx).Attempt < 2 {
+		return s
+	}
 	if err := a.getJSON(ctx, s.refKey, &s.target.Stale); err == nil && len(s.target.Stale) > 0 {
 		st, err := sender.StreamAnswer(ctx, s.target)
 		if err != nil {
