@@ -2,6 +2,7 @@ package bot
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentbot/agentbot/agentflow"
@@ -15,6 +16,46 @@ type ApprovalStyle struct {
 	// Time writes a time; due says it is a deadline (a platform may show
 	// it relative to now).
 	Time func(t time.Time, due bool) string
+	// Strong writes a short label in bold, escaped as the platform needs.
+	Strong func(label string) string
+}
+
+// ApprovalHeadline is the first lines of an approval message: its state
+// (an emoji and a bold word), its turn, and what the agent asks. style
+// writes the bold.
+func ApprovalHeadline(v agentflow.ApprovalView, style ApprovalStyle) string {
+	var h string
+	switch v.State {
+	case agentflow.ApprovalWaiting:
+		h = "🔐 " + style.Strong("Approval needed")
+	case agentflow.ApprovalApproved:
+		h = "✅ " + style.Strong("Approved")
+	case agentflow.ApprovalDenied:
+		h = "🚫 " + style.Strong("Denied")
+	case agentflow.ApprovalExpired:
+		h = "⌛ " + style.Strong("Expired")
+	case agentflow.ApprovalCancelled:
+		h = "⏹️ " + style.Strong("Cancelled")
+	default:
+		h = "• " + style.Strong(Truncate(strings.Join(strings.Fields(v.State), " "), 40))
+	}
+	if v.Turn > 0 {
+		h += fmt.Sprintf(" · turn %d", v.Turn)
+	}
+	if v.State == agentflow.ApprovalWaiting {
+		return h + "\nThe agent wants to run this command:"
+	}
+	return h + "\nThe agent asked to run this command:"
+}
+
+// BreakFences keeps text inside a code block: Slack and Discord end a
+// block at the first "```", so runs of backticks are broken with
+// zero-width spaces (a command reads the same).
+func BreakFences(s string) string {
+	for strings.Contains(s, "``") {
+		s = strings.ReplaceAll(s, "``", "`\u200b`")
+	}
+	return s
 }
 
 // ApprovalOutcome is the line under an approval message: who must approve

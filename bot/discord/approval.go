@@ -93,7 +93,7 @@ func renderApproval(v agentflow.ApprovalView) (string, []discordgo.MessageCompon
 			hint = "\nAnswer with `/" + CommandName + " approve` or `/" + CommandName + " deny`."
 		}
 	}
-	head := approvalHeadline(v)
+	head := bot.ApprovalHeadline(v, approvalStyle)
 	tail := ""
 	if why := findingsText(v); why != "" {
 		tail += "\n" + why
@@ -105,47 +105,11 @@ func renderApproval(v agentflow.ApprovalView) (string, []discordgo.MessageCompon
 	}
 	room := chunkLimit - utf8.RuneCountInString(head) - utf8.RuneCountInString(tail) - len("\n```\n\n```")
 	for limit := max(room, 100); ; limit = limit * 3 / 4 {
-		content := head + "\n```\n" + codeText(bot.Truncate(cmd, limit)) + "\n```" + tail
+		content := head + "\n```\n" + bot.BreakFences(bot.Truncate(cmd, limit)) + "\n```" + tail
 		if utf8.RuneCountInString(content) <= chunkLimit || limit < 50 {
 			return bot.Truncate(content, chunkLimit), comps
 		}
 	}
-}
-
-// approvalHeadline is the first lines of an approval message.
-func approvalHeadline(v agentflow.ApprovalView) string {
-	var h string
-	switch v.State {
-	case agentflow.ApprovalWaiting:
-		h = "🔐 **Approval needed**"
-	case agentflow.ApprovalApproved:
-		h = "✅ **Approved**"
-	case agentflow.ApprovalDenied:
-		h = "🚫 **Denied**"
-	case agentflow.ApprovalExpired:
-		h = "⌛ **Expired**"
-	case agentflow.ApprovalCancelled:
-		h = "⏹️ **Cancelled**"
-	default:
-		h = "• **" + escapeMarkdown(bot.Truncate(strings.Join(strings.Fields(v.State), " "), 40)) + "**"
-	}
-	if v.Turn > 0 {
-		h += fmt.Sprintf(" · turn %d", v.Turn)
-	}
-	if v.State == agentflow.ApprovalWaiting {
-		return h + "\nThe agent wants to run this command:"
-	}
-	return h + "\nThe agent asked to run this command:"
-}
-
-// codeText keeps text inside a code block: Discord ends a block at the
-// first "```", so runs of backticks are broken with zero-width spaces
-// (the command reads the same).
-func codeText(s string) string {
-	for strings.Contains(s, "``") {
-		s = strings.ReplaceAll(s, "``", "`\u200b`")
-	}
-	return s
 }
 
 // escapeMarkdown makes text show as written: Discord's markdown
@@ -190,13 +154,14 @@ func findingsText(v agentflow.ApprovalView) string {
 	return b.String()
 }
 
-// approvalStyle writes the people and times of bot.ApprovalOutcome.
+// approvalStyle writes the people, times and bold of bot.ApprovalOutcome
+// and bot.ApprovalHeadline.
 var approvalStyle = bot.ApprovalStyle{People: people, Time: func(t time.Time, due bool) string {
 	if due {
 		return discordTime(t, "R")
 	}
 	return discordTime(t, "f")
-}}
+}, Strong: func(s string) string { return "**" + escapeMarkdown(s) + "**" }}
 
 // discordTime is a timestamp Discord shows in the reader's time zone, in
 // style ("R": relative, "f": date and time).

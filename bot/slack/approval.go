@@ -127,54 +127,18 @@ func mrkdwn(s string) *slack.TextBlockObject {
 // commandSection is the headline and the command, cut until the section
 // fits Slack's 3,000 characters (escapes make the command longer).
 func commandSection(v agentflow.ApprovalView) string {
-	head := approvalHeadline(v)
+	head := bot.ApprovalHeadline(v, approvalStyle)
 	cmd := v.Command
 	if strings.TrimSpace(cmd) == "" {
 		cmd = "(no command)"
 	}
 	var text string
 	for limit := maxCommandRunes; ; limit = limit * 3 / 4 {
-		text = head + "\n```\n" + codeText(Escape(bot.Truncate(cmd, limit))) + "\n```"
+		text = head + "\n```\n" + bot.BreakFences(Escape(bot.Truncate(cmd, limit))) + "\n```"
 		if utf8.RuneCountInString(text) <= maxSectionText || limit < 100 {
 			return text
 		}
 	}
-}
-
-// approvalHeadline is the first line of an approval message.
-func approvalHeadline(v agentflow.ApprovalView) string {
-	var h string
-	switch v.State {
-	case agentflow.ApprovalWaiting:
-		h = "🔐 *Approval needed*"
-	case agentflow.ApprovalApproved:
-		h = "✅ *Approved*"
-	case agentflow.ApprovalDenied:
-		h = "🚫 *Denied*"
-	case agentflow.ApprovalExpired:
-		h = "⌛ *Expired*"
-	case agentflow.ApprovalCancelled:
-		h = "⏹️ *Cancelled*"
-	default:
-		h = "• *" + Escape(oneLine(strings.ReplaceAll(v.State, "*", ""), 40)) + "*"
-	}
-	if v.Turn > 0 {
-		h += fmt.Sprintf(" · turn %d", v.Turn)
-	}
-	if v.State == agentflow.ApprovalWaiting {
-		return h + "\nThe agent wants to run this command:"
-	}
-	return h + "\nThe agent asked to run this command:"
-}
-
-// codeText keeps text inside a code block: Slack ends a block at the
-// first "```", so runs of backticks are broken with zero-width spaces
-// (the command reads the same).
-func codeText(s string) string {
-	for strings.Contains(s, "``") {
-		s = strings.ReplaceAll(s, "``", "`\u200b`")
-	}
-	return s
 }
 
 // findingsText lists why the command needs approval ("rule: reason"), at
@@ -206,8 +170,10 @@ func findingsText(v agentflow.ApprovalView) string {
 	return b.String()
 }
 
-// approvalStyle writes the people and times of bot.ApprovalOutcome.
-var approvalStyle = bot.ApprovalStyle{People: people, Time: func(t time.Time, _ bool) string { return slackTime(t) }}
+// approvalStyle writes the people, times and bold of bot.ApprovalOutcome
+// and bot.ApprovalHeadline.
+var approvalStyle = bot.ApprovalStyle{People: people, Time: func(t time.Time, _ bool) string { return slackTime(t) },
+	Strong: func(s string) string { return "*" + Escape(strings.ReplaceAll(s, "*", "")) + "*" }}
 
 // slackTime shows t in the reader's time zone (a date token), with UTC as
 // the fallback.
